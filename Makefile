@@ -1,0 +1,46 @@
+# The course's commands. The first use creates .venv and installs everything into it.
+#
+# On a GPU machine, install your CUDA build of torch first and keep it:
+#   make TORCH_SPEC= grade        (TORCH_SPEC empty: use the torch already in .venv)
+# or point PYTHON at an interpreter whose environment already has CUDA torch.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: grade test lab bench sync release gpu-check lint clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing the course environment into $(VENV) (first run only)..."
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"; fi
+	@$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+grade: $(STAMP)  ## score assignments/ (your working copy)
+	@$(BIN)/python -m grader grade $(ARGS)
+
+test: $(STAMP)  ## the project's own tests
+	@$(BIN)/python -m pytest tests -q $(ARGS)
+
+lab: $(STAMP)  ## JupyterLab on the course
+	@$(BIN)/jupyter lab --notebook-dir=. $(ARGS)
+
+bench: $(STAMP)  ## reference figures beside library anchors and physical bounds
+	@$(BIN)/python -m grader bench $(ARGS)
+
+sync: $(STAMP)  ## regenerate assignments/ stubs from solutions/
+	@$(BIN)/python -m grader sync $(ARGS)
+
+gpu-check: $(STAMP)  ## GPU-only checks (needs a CUDA device)
+	@$(BIN)/python -m pytest tests -q -m gpu $(ARGS)
+	@$(BIN)/python -m grader grade --submission solutions --device cuda $(ARGS)
+
+lint: $(STAMP)
+	@$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,151 @@
+"""`python -m grader`: grade, sync, list, bench.
+
+Exit status: 0 when the command did its job (grading completed, whatever the score); 2 with a
+one-line reason when it could not run (bad arguments, a missing folder, a broken course.toml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from grader.course import COURSE_ROOT, Course, CourseError, load_course
+from grader.report import FORMATS, render
+from grader.sync import SyncError, stale, write_stubs
+
+
+class UsageError(Exception):
+    """The command cannot run as asked; the message is the one-line reason."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    grade = commands.add_parser("grade", help="grade a submission and print the scoreboard")
+    grade.add_argument("modules", nargs="*", metavar="MODULE", help="default: every module")
+    grade.add_argument(
+        "--submission", default="assignments", help="folder with one folder per module (default: assignments)"
+    )
+    grade.add_argument("--format", default="text", choices=FORMATS)
+    grade.add_argument("--out", help="write the report to this file instead of standard output")
+    grade.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    grade.add_argument("--no-perf", action="store_true", help="skip performance checks")
+    grade.add_argument("--public-only", action="store_true", help="run only the public tests")
+
+    sync = commands.add_parser("sync", help="generate assignments/ stubs from solutions/")
+    sync.add_argument("modules", nargs="*", metavar="MODULE")
+    sync.add_argument("--check", action="store_true", help="fail if assignments/ is stale")
+
+    commands.add_parser("list", help="the syllabus: modules, files, functions, points")
+
+    bench = commands.add_parser("bench", help="reference figures beside library anchors and bounds")
+    bench.add_argument("modules", nargs="*", metavar="MODULE")
+    return parser
+
+
+def _modules(course: Course, names: list[str]) -> list[str]:
+    for name in names:
+        course.module(name)  # raises CourseError for an unknown module
+    return names or list(course.modules)
+
+
+def _grade(course: Course, options: argparse.Namespace) -> int:
+    from grader.runner import grade
+
+    modules = _modules(course, options.modules)
+    submission = Path(options.submission)
+    if not submission.is_dir():
+        raise UsageError(f"submission folder {options.submission!r} does not exist")
+    if options.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda, but torch sees no CUDA device")
+    report = grade(course, modules, submission.resolve(), device=options.device,
+                   perf=not options.no_perf, public_only=options.public_only,
+                   progress=_progress_bar() if options.format == "text" else None)  # fmt: skip
+    report.submission = options.submission
+    color = options.format == "text" and options.out is None and sys.stdout.isatty()
+    text = render(report, options.format, hidden_visibility=course.hidden_visibility, color=color)
+    if options.out:
+        Path(options.out).write_text(text)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if options.format == "classroom" and os.environ.get("GITHUB_OUTPUT"):
+        with open(os.environ["GITHUB_OUTPUT"], "a") as github_output:
+            github_output.write(f"result={text}\n")
+    return 0
+
+
+def _progress_bar():
+    """A progress bar on standard error while grading (only on a terminal)."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    from rich.progress import Progress
+
+    progress = Progress(console=Console(stderr=True), transient=True)
+    task = progress.add_task("grading", total=None)
+
+    def update(event: str, done: int, total: int) -> None:
+        if event == "collected":
+            progress.start()
+            progress.update(task, total=total)
+        progress.update(task, completed=done)
+        if total and done >= total:
+            progress.stop()
+
+    return update
+
+
+def _sync(course: Course, options: argparse.Namespace) -> int:
+    if not (course.root / "solutions").is_dir():
+        raise UsageError("there is no solutions/ folder here: sync runs in the course's source repository")
+    if options.check:
+        problems = stale(course)
+        if problems:
+            print("assignments/ is stale; run `python -m grader sync`:\n" + "\n\n".join(problems))
+            return 1
+        print("assignments/ is in sync with solutions/")
+        return 0
+    changed = write_stubs(course, _modules(course, options.modules))
+    for path in changed:
+        print(f"wrote {path.relative_to(course.root)}")
+    print(f"{len(changed)} file(s) changed")
+    return 0
+
+
+def _list(course: Course) -> int:
+    print(course.title)
+    for module in course.modules.values():
+        print(f"\n{module.name} ({module.points:g} points): {module.title}")
+        print(f"  lecture: {module.lecture}; time limit per call {module.time_limit_s:g} s")
+        for function in module.functions.values():
+            print(f"  - {function.name} in {module.name}/{function.file}  [{function.section}]")
+    return 0
+
+
+def _bench(course: Course, options: argparse.Namespace) -> int:
+    from grader.bench import run_benchmarks
+
+    run_benchmarks(course, _modules(course, options.modules))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = _parser().parse_args(argv)
+    try:
+        course = load_course(COURSE_ROOT)
+        if options.command == "grade":
+            return _grade(course, options)
+        if options.command == "sync":
+            return _sync(course, options)
+        if options.command == "list":
+            return _list(course)
+        return _bench(course, options)
+    except (UsageError, CourseError, SyncError) as error:
+        print(f"grader: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,43 @@
+"""Reference operations run by the real library, in trusted workers that never import a
+submission (see grader.sandbox.Library). Each is the torch.distributed call an exercise mirrors."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    """torch.distributed.all_reduce (sum), in place, as ring_allreduce must behave."""
+    dist.all_reduce(tensor)
+    return tensor
+
+
+def reduce_scatter(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's chunk of the sum over ranks, chunks as `tensor.flatten().tensor_split(p)`.
+
+    torch.distributed.reduce_scatter_tensor needs equal chunks; when the size does not divide
+    evenly the reference is torch.distributed.all_reduce followed by tensor_split.
+    """
+    p, rank = dist.get_world_size(), dist.get_rank()
+    flat = tensor.flatten().contiguous()
+    if flat.numel() % p == 0:
+        out = torch.empty(flat.numel() // p, dtype=flat.dtype, device=flat.device)
+        dist.reduce_scatter_tensor(out, flat)
+        return out
+    dist.all_reduce(flat)
+    return flat.tensor_split(p)[rank].clone()
+
+
+def all_gather(shard: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Every rank's flattened shard, concatenated in rank order.
+
+    torch.distributed.all_gather_into_tensor needs equal shards, so uneven shards (`sizes` per
+    rank, as tensor_split makes them) are padded to the largest and trimmed after.
+    """
+    p, largest = dist.get_world_size(), max(sizes)
+    padded = torch.zeros(largest, dtype=shard.dtype, device=shard.device)
+    padded[: shard.numel()] = shard.flatten()
+    out = torch.empty(p * largest, dtype=shard.dtype, device=shard.device)
+    dist.all_gather_into_tensor(out, padded)
+    return torch.cat([out[r * largest : r * largest + sizes[r]] for r in range(p)])

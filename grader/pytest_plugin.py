@@ -1,0 +1,136 @@
+"""The pytest plugin every graded test runs under (registered as a pytest11 entry point).
+
+It gives tests their fixtures: `submission` (the student's module, run in sandboxed workers),
+`library` (trusted workers that compute references with the real library) and `device`; and it
+turns a submission's failures into short messages written for the student.
+
+Run straight (`pytest assignments/collectives`), it grades nothing: it runs the public tests
+against the files next to them and shows what each rank printed. `--no-timeout` lifts the time
+limit so that a breakpoint() in your code (it opens on your terminal) can be used at leisure.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.course import COURSE_ROOT, Course, CourseError, load_course
+from grader.sandbox import Library, Submission, SubmissionError
+
+_SUBMISSIONS = pytest.StashKey[dict[str, Submission]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("grader", "AI infrastructure course grader")
+    group.addoption(
+        "--submission", default=None, help="folder holding one folder per module (default: assignments/)"
+    )
+    group.addoption(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where submissions run: cpu (gloo, Triton interpreter) or cuda (NCCL)",
+    )
+    group.addoption(
+        "--no-timeout", action="store_true", help="no time limit on calls (for debugging with breakpoint())"
+    )
+    group.addoption("--grading", action="store_true", help=argparse.SUPPRESS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in (
+        "points(n): weight of a graded test within its module (default 1)",
+        "perf: a graded performance check (skipped by --no-perf)",
+        "gpu: needs a CUDA device (skipped on CPU)",
+    ):
+        config.addinivalue_line("markers", marker)
+    config.stash[_SUBMISSIONS] = {}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for submission in config.stash.get(_SUBMISSIONS, {}).values():
+        submission.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("device") == "cuda":
+        return
+    skip = pytest.mark.skip(reason="needs a GPU: run with --device cuda on a GPU machine")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def course() -> Course:
+    return load_course(COURSE_ROOT)
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> str:
+    return request.config.getoption("device")
+
+
+def module_of(path: Path, course: Course) -> str:
+    """The module a test file belongs to: the name of the folder it sits in."""
+    name = path.parent.name
+    if name not in course.modules:
+        raise CourseError(f"{path} is not inside a module folder listed in course.toml")
+    return name
+
+
+@pytest.fixture
+def submission(request: pytest.FixtureRequest, course: Course, device: str) -> Submission:
+    """The student's module, for the module this test file belongs to."""
+    config = request.config
+    name = module_of(request.path, course)
+    cache = config.stash[_SUBMISSIONS]
+    if name not in cache:
+        root = config.getoption("submission")
+        directory = Path(root) / name if root else course.public_tests(name)
+        cache[name] = Submission(
+            course.module(name),
+            directory,
+            device=device,
+            echo=not config.getoption("grading"),
+            time_limit_s=1e9 if config.getoption("no_timeout") else None,
+        )
+    return cache[name]
+
+
+@pytest.fixture(scope="session")
+def library(device: str) -> Iterator[Library]:
+    """Trusted workers computing references with the real library (never the student's code)."""
+    trusted = Library(device=device)
+    yield trusted
+    trusted.close()
+
+
+def student_message(error: BaseException) -> str:
+    """What a failed test tells the student: never the test's source (hidden suites)."""
+    if isinstance(error, SubmissionError):
+        return error.message
+    if isinstance(error, AssertionError):
+        # pytest appends "assert <expression>" (from the test's source) to the message.
+        text = str(error).split("\nassert ")[0].strip()
+        return text if text and not text.startswith("assert ") else "a check of the result failed"
+    return f"{type(error).__name__}: {error}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    marker = item.get_closest_marker("points")
+    report.grader_weight = float(marker.args[0]) if marker else 1.0
+    if call.excinfo is None or call.excinfo.errisinstance(pytest.skip.Exception):
+        return
+    error = call.excinfo.value
+    report.grader_message = student_message(error)
+    if isinstance(error, SubmissionError):
+        report.grader_kind, report.grader_function = error.kind, error.function
+        report.longrepr = f"{item.nodeid}\n{error.message}"

@@ -1,0 +1,42 @@
+"""Gradescope's results.json: top-level score and one entry per test.
+
+Fields follow Gradescope's autograder specification: `score`, `max_score`, `status`
+("passed"/"failed"), `name`, `output`, `visibility`, `extra_data`; `execution_time` in seconds.
+Measured numbers (bytes sent, time ratios) go in `extra_data`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from grader.results import PASSED, GradeReport
+
+
+def gradescope_json(report: GradeReport, *, hidden_visibility: str = "visible") -> str:
+    tests = []
+    for module in report.modules:
+        for test in module.graded:
+            tests.append({
+                "name": f"{module.name}: {test.name}",
+                "name_format": "text",
+                "number": f"{module.name}",
+                "score": round(test.score, 4),
+                "max_score": round(test.max_score, 4),
+                "status": "passed" if test.status == PASSED else "failed",
+                "output": test.message or "passed",
+                "output_format": "text",
+                "visibility": hidden_visibility if test.suite == "hidden" else "visible",
+                "tags": [module.name, test.suite],
+                "extra_data": {"suite": test.suite, "kind": test.kind, **test.measurements},
+            })  # fmt: skip
+    summary = [f"{m.name}: {m.score:.1f}/{m.max_score:g}" for m in report.modules]
+    result = {
+        "score": round(report.score, 4),
+        "execution_time": round(report.duration_s, 2),
+        "output": "; ".join(summary + report.notes),
+        "output_format": "text",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
+    return json.dumps(result, indent=2)

@@ -1,0 +1,75 @@
+"""The terminal scoreboard: one row per module, then what to fix, most useful first."""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+
+from rich.console import Console
+from rich.table import Table
+
+from grader.results import PASSED, SKIPPED, GradeReport, ModuleResult
+
+MESSAGE_LINES = 14
+
+
+def _scoreboard(report: GradeReport) -> Table:
+    table = Table(title=f"{report.course}: {report.submission} on {report.device}", title_justify="left")
+    table.add_column("module")
+    table.add_column("score", justify="right")
+    table.add_column("tests passed", justify="right")
+    table.add_column("to do")
+    for module in report.modules:
+        passed = sum(t.status == PASSED for t in module.graded)
+        todo = ", ".join(module.to_implement()) or (
+            "-" if passed == len(module.graded) else "fix the failures below"
+        )
+        style = (
+            "green" if module.graded and passed == len(module.graded) else "red" if not passed else "yellow"
+        )
+        table.add_row(module.name, f"[{style}]{module.score:.1f} / {module.max_score:g}[/]",
+                      f"{passed} / {len(module.graded)}", todo)  # fmt: skip
+    table.add_section()
+    table.add_row("[bold]total[/]", f"[bold]{report.score:.1f} / {report.max_score:g}[/]", "", "")
+    return table
+
+
+def _failures(console: Console, module: ModuleResult) -> None:
+    failed = [t for t in module.tests if t.status not in (PASSED, SKIPPED)]
+    if not failed:
+        return
+    console.print(f"\n[bold]{module.name}[/]: {len(failed)} failing")
+    # Every test that needs the same unimplemented function says the same thing: say it once.
+    unimplemented: dict[str, list[str]] = defaultdict(list)
+    for test in failed:
+        if test.kind == "not_implemented":
+            unimplemented[test.message].append(test.name)
+    for message, names in unimplemented.items():
+        console.print(f"  [red]x[/] {len(names)} test(s): {message}", highlight=False)
+    for test in failed:
+        if test.kind == "not_implemented":
+            continue
+        lines = test.message.splitlines() or ["(no message)"]
+        if len(lines) > MESSAGE_LINES:
+            lines = [*lines[:MESSAGE_LINES], f"... ({len(lines) - MESSAGE_LINES} more lines)"]
+        console.print(f"  [red]x[/] {test.name} [dim]({test.suite})[/]", highlight=False)
+        for line in lines:
+            console.print(f"      {line}", highlight=False, markup=False)
+
+
+def text_report(report: GradeReport, *, color: bool = False) -> str:
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, force_terminal=color, width=110, color_system="standard" if color else None
+    )
+    for module in report.modules:
+        _failures(console, module)
+    skipped = sum(t.status == SKIPPED for t in report.tests)
+    console.print()
+    console.print(_scoreboard(report))
+    if skipped:
+        console.print(f"{skipped} test(s) skipped (e.g. GPU-only checks on a CPU machine)")
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
+    console.print(f"graded in {report.duration_s:.1f} s")
+    return buffer.getvalue()

@@ -1,0 +1,120 @@
+"""Grading: run the public tests and hidden suites of some modules under pytest, in the grader's
+own process, and gather the verdicts into a GradeReport. Student code runs only in workers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.course import Course
+from grader.results import ERROR, FAILED, PASSED, SKIPPED, GradeReport, ModuleResult, TestResult
+
+Progress = Callable[[str, int, int], None]  # (event: "collected"/"done", finished, total)
+
+
+class _Collector:
+    """A pytest plugin object that turns reports into TestResults."""
+
+    def __init__(self, course: Course, progress: Progress | None) -> None:
+        self.course = course
+        self.progress = progress or (lambda *_: None)
+        self.results: dict[str, TestResult] = {}
+        self.total = 0
+        self.problems: list[str] = []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.total = len(session.items)
+        self.progress("collected", 0, self.total)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.problems.append(f"could not load tests from {report.nodeid}: {report.longreprtext[-600:]}")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        result = self.results.get(report.nodeid)
+        if result is None:
+            result = self._new_result(report)
+            self.results[report.nodeid] = result
+        result.duration_s += report.duration
+        result.measurements.update(dict(report.user_properties))
+        if report.when == "call" or report.failed or report.skipped:
+            self._record(result, report)
+        if report.when == "teardown":
+            self.progress("done", len(self.results), self.total)
+
+    def _new_result(self, report: pytest.TestReport) -> TestResult:
+        path = Path(report.fspath)
+        suite = "hidden" if "suites" in path.parts else "public"
+        name = report.nodeid.split("::", 1)[-1]
+        return TestResult(module=path.parent.name, name=name, suite=suite, status=PASSED,
+                          weight=getattr(report, "grader_weight", 1.0))  # fmt: skip
+
+    def _record(self, result: TestResult, report: pytest.TestReport) -> None:
+        if report.passed:
+            return
+        if report.skipped:
+            result.status = SKIPPED
+            longrepr = report.longrepr
+            result.message = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            return
+        if result.status in (FAILED, ERROR):  # a teardown failure after a failed call
+            return
+        result.status = FAILED if report.when == "call" else ERROR
+        message = getattr(report, "grader_message", "") or report.longreprtext[-1500:]
+        if report.when != "call":
+            message = f"the test could not run ({report.when}): {message}"
+        result.message = message
+        result.kind = getattr(report, "grader_kind", "")
+        result.function = getattr(report, "grader_function", "")
+
+
+def grade(
+    course: Course,
+    modules: list[str],
+    submission: Path,
+    *,
+    device: str = "cpu",
+    perf: bool = True,
+    public_only: bool = False,
+    progress: Progress | None = None,
+    extra_args: list[str] | None = None,
+) -> GradeReport:
+    """Grade `modules` of the submission folder `submission` (one sub-folder per module)."""
+    started = time.perf_counter()
+    paths = []
+    for name in modules:
+        paths += sorted(str(p) for p in course.public_tests(name).glob("test_*.py"))
+        hidden = course.hidden_suite(name)
+        if not public_only and hidden.is_dir():
+            paths += sorted(str(p) for p in hidden.glob("test_*.py"))
+    args: list[Any] = [
+        *paths, "--submission", str(submission), "--device", device, "--grading",
+        "-p", "no:terminal", "-p", "no:cacheprovider", "--import-mode=importlib",
+        "--rootdir", str(course.root), "-o", "addopts=", "-W", "ignore::DeprecationWarning",
+    ]  # fmt: skip
+    if not perf:
+        args += ["-m", "not perf"]
+    args += extra_args or []
+    collector = _Collector(course, progress)
+    code = pytest.main(args, plugins=[collector]) if paths else pytest.ExitCode.NO_TESTS_COLLECTED
+
+    report = GradeReport(course.title, str(submission), device)
+    report.notes += collector.problems
+    if code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+        report.notes.append(f"pytest stopped early (exit code {int(code)})")
+    for name in modules:
+        module = course.module(name)
+        result = ModuleResult(name, module.title, module.points)
+        result.tests = [t for t in collector.results.values() if t.module == name]
+        result.assign_points()
+        report.modules.append(result)
+    if not perf:
+        report.notes.append("performance checks were skipped (--no-perf)")
+    if public_only:
+        report.notes.append("only public tests were run (--public-only)")
+    report.duration_s = time.perf_counter() - started
+    return report

@@ -1,0 +1,21 @@
+"""Failures of a call into a submission, each with a message written for the student."""
+
+from __future__ import annotations
+
+
+class SubmissionError(Exception):
+    """A call into the submission failed. `kind` is one of:
+
+    not_implemented, import, missing, exception, forbidden, exit, crash, timeout, memory,
+    bad_return, start (the workers could not be started at all).
+    """
+
+    def __init__(self, kind: str, function: str, message: str, exception_type: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.function = function
+        self.exception_type = exception_type  # for kind "exception": e.g. "ValueError"
+
+    @property
+    def message(self) -> str:
+        return str(self)

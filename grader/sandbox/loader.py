@@ -1,0 +1,63 @@
+"""Importing a submission's files by name, one file at a time (runs inside the worker).
+
+A file that fails to import fails only the functions that live in it; the failure is kept and
+reported again on every later call instead of re-running the broken import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+class LoadError(Exception):
+    """A submission file could not be imported, or lacks the requested function."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # "import" or "missing"
+
+
+def student_traceback(error: BaseException, directory: Path) -> str:
+    """The traceback of `error` restricted to frames in the student's files (plus the last)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    mine = [f for f in frames if Path(f.filename).resolve().is_relative_to(directory)]
+    if frames and frames[-1] not in mine:
+        mine.append(frames[-1])
+    lines = traceback.format_list(mine) + traceback.format_exception_only(type(error), error)
+    return "".join(lines).rstrip()
+
+
+class SubmissionLoader:
+    """Imports `<directory>/<file>.py` as top-level module `<file>` on first use."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory.resolve()
+        sys.path.insert(0, str(self.directory))
+        self._failures: dict[str, LoadError] = {}
+
+    def module(self, file: str) -> ModuleType:
+        stem = Path(file).stem
+        if stem in self._failures:
+            raise self._failures[stem]
+        if not (self.directory / f"{stem}.py").is_file():
+            self._failures[stem] = LoadError("import", f"{file} is missing from the submission")
+            raise self._failures[stem]
+        try:
+            return importlib.import_module(stem)
+        except BaseException as error:
+            sys.modules.pop(stem, None)
+            detail = student_traceback(error, self.directory)
+            self._failures[stem] = LoadError("import", f"importing {file} failed:\n{detail}")
+            raise self._failures[stem] from None
+
+    def function(self, file: str, name: str) -> Any:
+        module = self.module(file)
+        function = getattr(module, name, None)
+        if not callable(function):
+            raise LoadError("missing", f"{file} defines no function {name}()")
+        return function

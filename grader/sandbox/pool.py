@@ -1,0 +1,340 @@
+"""Worker processes and worlds of ranks, seen from the grader's side.
+
+A World is N worker processes joined by torch.distributed (a world of one needs no process
+group). It runs one call at a time on every rank, under a time limit, and measures from outside:
+wall time from GO to the last reply, and the bytes each rank wrote (the kernel's count in
+/proc/<pid>/io, less what the rank printed and its reply to the grader). When a call hangs or a
+rank dies, the stack of every rank is taken with faulthandler before the world is killed; the next
+call starts a fresh world.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from grader.sandbox.errors import SubmissionError
+from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
+from grader.sandbox.stacks import where
+
+START_TIMEOUT_S = 120.0
+STACK_DUMP_WAIT_S = 0.5
+# After one rank fails, how long the others get to finish before they count as hung on it.
+GRACE_AFTER_ERROR_S = 2.0
+CANCEL = b"cancel"
+
+
+@dataclass
+class CallResult:
+    """What a call returned on every rank, and what the grader measured around it."""
+
+    outputs: list[Any]
+    args: list[list[Any]] | None
+    seconds: float  # wall time in the grader, from GO to the last rank's reply
+    rank_seconds: list[float]  # each rank's own time for the function (informational)
+    bytes_sent: list[int]  # bytes each rank wrote to sockets/files during the call
+    printed: list[str] = field(default_factory=list)
+
+    @property
+    def output(self) -> Any:
+        return self.outputs[0]
+
+
+def _worker_env(device: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONDONTWRITEBYTECODE="1",  # a .pyc written mid-call would count as bytes sent
+        PYTHONUNBUFFERED="0",
+        TORCH_CPP_LOG_LEVEL="ERROR",
+    )
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+class WorkerProcess:
+    """One worker: its process, its pipes, its output log and its stack-dump file."""
+
+    def __init__(self, workdir: Path, rank: int, argv: list[str], device: str) -> None:
+        self.rank = rank
+        self.log_path = workdir / f"rank{rank}.log"
+        self.stack_path = workdir / f"rank{rank}.stacks"
+        self.stack_path.touch()
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        command = [
+            sys.executable, "-m", "grader.sandbox.worker",
+            "--fd-in", str(request_read), "--fd-out", str(reply_write),
+            "--rank", str(rank), "--stack-file", str(self.stack_path), *argv,
+        ]  # fmt: skip
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                pass_fds=(request_read, reply_write),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                env=_worker_env(device),
+                start_new_session=True,  # its own process group: kill takes its children too
+            )
+        os.close(request_read)
+        os.close(reply_write)
+        self.requests = Connection(request_write, readable=False)
+        self.replies = Connection(reply_read, writable=False)
+        self._log_offset = 0
+        self._stack_offset = 0
+
+    def send(self, payload: bytes) -> bool:
+        try:
+            self.requests.send_bytes(payload)
+            return True
+        except OSError:
+            return False
+
+    def bytes_written(self) -> int:
+        """The kernel's count of bytes this process has written (write, send, sendmsg...)."""
+        try:
+            for line in Path(f"/proc/{self.process.pid}/io").read_text().splitlines():
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def new_output(self) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_offset)
+                data = log.read()
+        except OSError:
+            return ""
+        self._log_offset += len(data)
+        return data.decode(errors="replace")
+
+    def dump_stack(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.process.pid, signal.SIGUSR1)
+
+    def new_stacks(self) -> str:
+        with open(self.stack_path, "rb") as dump:
+            dump.seek(self._stack_offset)
+            data = dump.read()
+        self._stack_offset += len(data)
+        return data.decode(errors="replace")
+
+    def exit_description(self) -> str:
+        code = self.process.poll()
+        if code is None:
+            return "was still running"
+        if code < 0:
+            name = signal.Signals(-code).name
+            return f"was killed by {name}" + (" (a crash in native code)" if name == "SIGSEGV" else "")
+        return f"exited with code {code} (sys.exit or os._exit in the submission?)"
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.requests.close()
+        self.replies.close()
+
+
+def _tail(text: str, lines: int = 12) -> str:
+    kept = text.rstrip().splitlines()[-lines:]
+    return "\n".join("    " + line for line in kept)
+
+
+class World:
+    """N workers (ranks) that run one call at a time, together."""
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        submission: Path | None,
+        device: str = "cpu",
+        memory_mb: int = 0,
+        forbidden: tuple[str, ...] = (),
+        distributed: bool = True,
+    ) -> None:
+        self.size = size
+        self.submission = submission.resolve() if submission else None
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"grader-world{size}-"))
+        argv = ["--world-size", str(size), "--device", device, "--memory-mb", str(memory_mb)]
+        if distributed:
+            argv += ["--store", str(self.workdir / "store")]
+        if self.submission:
+            argv += ["--submission", str(self.submission)]
+        if forbidden:
+            argv += ["--forbidden", ",".join(forbidden)]
+        self.workers = [WorkerProcess(self.workdir, r, argv, device) for r in range(size)]
+        self.alive = True
+        self._await_ready()
+
+    def _await_ready(self) -> None:
+        replies, failed = self._collect(self.workers, time.monotonic() + START_TIMEOUT_S)
+        if failed or len(replies) < self.size:
+            logs = "\n".join(_tail(w.new_output()) for w in self.workers)
+            self.close()
+            raise SubmissionError("start", "", f"the grader's workers did not start:\n{logs}")
+
+    def _collect(
+        self, workers: list[WorkerProcess], deadline: float, grace_on_error: bool = False
+    ) -> tuple[dict[int, tuple[Any, int]], list[WorkerProcess]]:
+        """Replies by rank (message, framed size) until all answered or the deadline; and the
+        workers whose pipe closed (the process died)."""
+        pending = {w.replies: w for w in workers}
+        replies: dict[int, tuple[Any, int]] = {}
+        dead: list[WorkerProcess] = []
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for conn in wait(list(pending), timeout=remaining):
+                worker = pending.pop(conn)
+                try:
+                    payload = conn.recv_bytes()
+                except (EOFError, OSError):
+                    worker.process.wait(timeout=5)
+                    dead.append(worker)
+                    deadline = min(deadline, time.monotonic() + GRACE_AFTER_ERROR_S)
+                    continue
+                try:
+                    message = decode_reply(payload)
+                except ValueError as error:
+                    message = ("error", {"kind": "bad_return", "message": str(error)})
+                replies[worker.rank] = (message, framed_size(payload))
+                if grace_on_error and message[0] == "error":
+                    deadline = min(deadline, time.monotonic() + GRACE_AFTER_ERROR_S)
+        return replies, dead
+
+    def call(self, requests: list[dict[str, Any]], time_limit: float, function: str) -> CallResult:
+        """Run one request per rank; raise SubmissionError (after cleaning up) on any failure."""
+        if not self.alive:
+            raise SubmissionError("start", function, "this world was closed")
+        for worker, request in zip(self.workers, requests):
+            send_request(worker.requests, request)
+        staged, dead = self._collect(self.workers, time.monotonic() + time_limit)
+        errors = {r: m[1] for r, (m, _) in staged.items() if m[0] == "error"}
+        if dead or len(staged) < self.size or errors:
+            ready = [self.workers[r] for r, (m, _) in staged.items() if m[0] == "staged"]
+            for worker in ready:
+                worker.send(CANCEL)
+            self._collect(ready, time.monotonic() + GRACE_AFTER_ERROR_S)
+            printed = [w.new_output() for w in self.workers]
+            keep = not dead and len(staged) == self.size
+            self._fail(function, "importing", dead, staged, errors, time_limit, printed, keep)
+
+        written_before = [w.bytes_written() for w in self.workers]
+        logged_before = [w.log_size() for w in self.workers]
+        start = time.perf_counter()
+        for worker in self.workers:
+            worker.send(GO)
+        deadline = time.monotonic() + time_limit
+        replies, dead = self._collect(self.workers, deadline, grace_on_error=True)
+        seconds = time.perf_counter() - start
+        bytes_sent = [
+            w.bytes_written() - before - (w.log_size() - logged)
+            - (replies[w.rank][1] if w.rank in replies else 0)
+            for w, before, logged in zip(self.workers, written_before, logged_before)
+        ]  # fmt: skip
+        printed = [w.new_output() for w in self.workers]
+        errors = {r: m[1] for r, (m, _) in replies.items() if m[0] == "error"}
+        if dead or len(replies) < self.size or errors:
+            # Ranks that failed may have left messages in flight; only a world in which no rank
+            # wrote a byte is certainly clean enough to keep.
+            keep = not dead and len(replies) == self.size and not any(bytes_sent)
+            self._fail(function, "", dead, replies, errors, time_limit, printed, keep)
+        return CallResult(
+            outputs=[replies[r][0][1] for r in range(self.size)],
+            args=None if replies[0][0][2] is None else [replies[r][0][2] for r in range(self.size)],
+            seconds=seconds,
+            rank_seconds=[float(replies[r][0][3]) for r in range(self.size)],
+            bytes_sent=[max(0, b) for b in bytes_sent],
+            printed=printed,
+        )
+
+    def _fail(
+        self,
+        function: str,
+        phase: str,
+        dead: list[WorkerProcess],
+        replies: dict[int, tuple[Any, int]],
+        errors: dict[int, dict[str, str]],
+        time_limit: float,
+        printed: list[str] | None = None,
+        keep: bool = False,
+    ) -> None:
+        """Describe the failure from the student's point of view, clean up, and raise."""
+        label = (lambda r: f"rank {r}: ") if self.size > 1 else (lambda r: "")
+        hung = [w for w in self.workers if w.rank not in replies and w not in dead]
+        for worker in hung:
+            worker.dump_stack()
+        if hung or dead:
+            time.sleep(STACK_DUMP_WAIT_S)
+        lines: list[str] = []
+        exception_type = ""
+        if dead:
+            kind = "crash"
+            for worker in dead:
+                lines.append(f"{label(worker.rank)}the process {worker.exit_description()}")
+                stack = worker.new_stacks()
+                if "Fatal Python error" in stack:
+                    lines.append(f"    crashed at {where(stack, self.submission)}")
+        elif errors:
+            first = min(errors)
+            kind = errors[first]["kind"]
+            exception_type = errors[first].get("type", "")
+            same = [r for r, e in errors.items() if e["message"] == errors[first]["message"]]
+            who = "every rank" if len(same) == self.size > 1 else label(first).rstrip(": ")
+            message = errors[first]["message"]
+            lines.append(f"{who}: {message}" if who else message)
+        else:
+            kind = "timeout"
+            what = f"{function} did not finish within {time_limit:g} s"
+            if phase:
+                what += f" ({phase} the submission's files)"
+            lines.append(what + ("; where each rank was:" if self.size > 1 else "; it was at:"))
+        if hung:
+            if kind != "timeout":
+                lines.append("and these ranks were left waiting (stuck on the failed rank?):")
+            for worker in hung:
+                lines.append(f"  {label(worker.rank)}{where(worker.new_stacks(), self.submission)}")
+        if printed and kind in ("crash", "timeout") and any(p.strip() for p in printed):
+            for rank, text in enumerate(printed):
+                if text.strip():
+                    lines.append(f"{label(rank)}last output:\n{_tail(text)}")
+        if not keep:
+            self.close()
+        raise SubmissionError(kind, function, "\n".join(lines), exception_type)
+
+    def close(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        for worker in self.workers:
+            worker.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)

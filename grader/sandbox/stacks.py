@@ -1,0 +1,62 @@
+"""Reading faulthandler's stack dumps: where was each rank when it hung or crashed?"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
+_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>\S+)')
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+
+    def source(self) -> str:
+        return linecache.getline(self.file, self.line).strip()
+
+
+def parse_dump(text: str) -> list[tuple[bool, list[Frame]]]:
+    """Threads in a dump: (is it the current thread, its frames innermost first)."""
+    threads: list[tuple[bool, list[Frame]]] = []
+    for line in text.splitlines():
+        thread = _THREAD.match(line)
+        if thread:
+            threads.append((thread.group(1) == "Current thread", []))
+        elif (frame := _FRAME.match(line)) and threads:
+            threads[-1][1].append(Frame(frame["file"], int(frame["line"]), frame["function"]))
+    return [t for t in threads if t[1]]
+
+
+def where(text: str, directory: Path | None) -> str:
+    """One line saying where a rank was, pointing at the student's own line when there is one."""
+    threads = parse_dump(text)
+    if not threads:
+        return "no Python stack (the process did not answer the stack request)"
+
+    def in_submission(frame: Frame) -> bool:
+        return directory is not None and Path(frame.file).resolve().is_relative_to(directory)
+
+    with_student = [t for t in threads if any(in_submission(f) for f in t[1])]
+    current = [t for t in threads if t[0]]
+    _, frames = (with_student or current or threads)[0]
+    innermost = frames[0]
+    student = next((f for f in frames if in_submission(f)), None)
+    if student is None:
+        return f"{Path(innermost.file).name}:{innermost.line} in {innermost.function}()"
+    text = f"{Path(student.file).name}:{student.line} in {student.function}(): {student.source()}"
+    if innermost != student:
+        text += f"  [waiting in {innermost.function}() of {_short(innermost.file)}]"
+    return text
+
+
+def _short(path: str) -> str:
+    parts = Path(path).parts
+    if "site-packages" in parts:
+        return "/".join(parts[parts.index("site-packages") + 1 :])
+    return Path(path).name
