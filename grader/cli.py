@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     grade.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     grade.add_argument("--no-perf", action="store_true", help="skip performance checks")
     grade.add_argument("--public-only", action="store_true", help="run only the public tests")
+    grade.add_argument("--time-limit", type=float, help="seconds per call (default: course.toml)")
+    grade.add_argument("-k", "--select", metavar="EXPR", help="only tests matching this pytest -k expression")
 
     sync = commands.add_parser("sync", help="generate assignments/ stubs from solutions/")
     sync.add_argument("modules", nargs="*", metavar="MODULE")
@@ -64,9 +66,17 @@ def _grade(course: Course, options: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda, but torch sees no CUDA device")
-    report = grade(course, modules, submission.resolve(), device=options.device,
-                   perf=not options.no_perf, public_only=options.public_only,
-                   progress=_progress_bar() if options.format == "text" else None)  # fmt: skip
+    report = grade(
+        course,
+        modules,
+        submission.resolve(),
+        device=options.device,
+        perf=not options.no_perf,
+        public_only=options.public_only,
+        time_limit_s=options.time_limit,
+        select=options.select,
+        progress=_progress_bar() if options.format == "text" else None,
+    )
     report.submission = options.submission
     color = options.format == "text" and options.out is None and sys.stdout.isatty()
     text = render(report, options.format, hidden_visibility=course.hidden_visibility, color=color)

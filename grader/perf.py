@@ -34,10 +34,14 @@ def interleaved_ratio(candidate: Callable[[], float], reference: Callable[[], fl
 
 
 def best_ratio(measure: Callable[[], Ratio], limit: float, retries: int = 3) -> Ratio:
-    """Measure up to `retries` times while the ratio exceeds `limit`; keep the best."""
+    """Measure up to `retries` times while the ratio exceeds `limit`; keep the best.
+
+    A ratio over twice the limit is not retried: noise in a median of interleaved rounds does
+    not double a time, so only near misses get another chance.
+    """
     best = measure()
     for _ in range(retries - 1):
-        if best.ratio <= limit:
+        if best.ratio <= limit or best.ratio > 2 * limit:
             break
         again = measure()
         best = again if again.ratio < best.ratio else best

@@ -38,6 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--no-timeout", action="store_true", help="no time limit on calls (for debugging with breakpoint())"
     )
+    group.addoption("--time-limit", type=float, default=None, help="seconds per call, for every module")
     group.addoption("--grading", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -97,7 +98,7 @@ def submission(request: pytest.FixtureRequest, course: Course, device: str) -> S
             directory,
             device=device,
             echo=not config.getoption("grading"),
-            time_limit_s=1e9 if config.getoption("no_timeout") else None,
+            time_limit_s=1e9 if config.getoption("no_timeout") else config.getoption("time_limit"),
         )
     return cache[name]
 

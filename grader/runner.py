@@ -81,7 +81,8 @@ def grade(
     perf: bool = True,
     public_only: bool = False,
     progress: Progress | None = None,
-    extra_args: list[str] | None = None,
+    time_limit_s: float | None = None,
+    select: str | None = None,
 ) -> GradeReport:
     """Grade `modules` of the submission folder `submission` (one sub-folder per module)."""
     started = time.perf_counter()
@@ -98,7 +99,10 @@ def grade(
     ]  # fmt: skip
     if not perf:
         args += ["-m", "not perf"]
-    args += extra_args or []
+    if time_limit_s is not None:
+        args += ["--time-limit", str(time_limit_s)]
+    if select:
+        args += ["-k", select]
     collector = _Collector(course, progress)
     code = pytest.main(args, plugins=[collector]) if paths else pytest.ExitCode.NO_TESTS_COLLECTED
 

@@ -2,10 +2,11 @@
 
 A World is N worker processes joined by torch.distributed (a world of one needs no process
 group). It runs one call at a time on every rank, under a time limit, and measures from outside:
-wall time from GO to the last reply, and the bytes each rank wrote (the kernel's count in
-/proc/<pid>/io, less what the rank printed and its reply to the grader). When a call hangs or a
-rank dies, the stack of every rank is taken with faulthandler before the world is killed; the next
-call starts a fresh world.
+wall time from GO to the last reply, and the bytes each rank wrote (the kernel's `wchar` count in
+/proc/<pid>/io, less what the rank printed and its reply to the grader). `wchar` counts the
+write/writev family, which gloo's TCP transport uses; a raw socket.send would not be counted.
+When a call hangs or a rank dies, the stack of every rank is taken with faulthandler before the
+world is killed; the next call starts a fresh world.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class WorkerProcess:
             return False
 
     def bytes_written(self) -> int:
-        """The kernel's count of bytes this process has written (write, send, sendmsg...)."""
+        """The kernel's count of bytes this process has written with write/writev (`wchar`)."""
         try:
             for line in Path(f"/proc/{self.process.pid}/io").read_text().splitlines():
                 if line.startswith("wchar:"):

@@ -72,6 +72,10 @@ class Submission:
         forbidden = tuple(sorted({n for f in module.functions.values() for n in f.forbidden}))
         memory = module.memory_limit_mb
         self._worlds = _Worlds(self.directory, device, memory, forbidden)
+        # (function, world size) -> why it is not run again: a call that hung or crashed once
+        # is not retried at that world size, which keeps the grading time of a broken
+        # submission bounded by (functions x world sizes) time limits.
+        self._broken: dict[tuple[str, int], SubmissionError] = {}
 
     def function(self, name: str) -> RemoteFunction:
         return RemoteFunction(self, name)
@@ -94,11 +98,19 @@ class Submission:
                      return_args=return_args, return_result=return_result)
             for args, kwargs in requests_args
         ]  # fmt: skip
+        key = (name, len(requests))
+        if key in self._broken:
+            raise self._broken[key]
         world = self._worlds.get(len(requests), distributed)
         limit = time_limit_s if time_limit_s is not None else self.time_limit_s
         try:
             result = world.call(requests, limit, name)
         except SubmissionError as error:
+            if error.kind in ("timeout", "crash"):
+                verb = "hung" if error.kind == "timeout" else "crashed"
+                where = f" at world size {len(requests)}" if distributed else ""
+                message = f"not run: {name} {verb}{where} earlier in this run (see the first failure)"
+                self._broken[key] = SubmissionError(error.kind, name, message)
             raise self._explain(error, spec.file, spec.section) from None
         if self.echo:
             self._echo(result.printed)

@@ -46,7 +46,7 @@ def allreduce_time(algorithm: str, world_size: int, nbytes: float, alpha: float,
         return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta
 
     # Largest power of two <= p, and the cost of folding the extra ranks in and out.
-    p2 = 2 ** math.floor(math.log2(p))
+    p2 = 1 << (p.bit_length() - 1)
     fold = 0.0 if p2 == p else 2 * (alpha + n * beta)
     steps = math.log2(p2)
     if algorithm == "recursive_doubling":
