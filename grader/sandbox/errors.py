@@ -15,6 +15,7 @@ class SubmissionError(Exception):
         self.kind = kind
         self.function = function
         self.exception_type = exception_type  # for kind "exception": e.g. "ValueError"
+        self.printed: list[str] = []  # what each rank printed during the failed call
 
     @property
     def message(self) -> str:

@@ -7,6 +7,7 @@ reported again on every later call instead of re-running the broken import.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -29,7 +30,8 @@ def student_traceback(error: BaseException, directory: Path) -> str:
     if frames and frames[-1] not in mine:
         mine.append(frames[-1])
     lines = traceback.format_list(mine) + traceback.format_exception_only(type(error), error)
-    return "".join(lines).rstrip()
+    # Paths relative to the submission's root: "collectives/ring.py", not a grader's temp folder.
+    return "".join(lines).rstrip().replace(f"{directory.parent}{os.sep}", "")
 
 
 class SubmissionLoader:

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -57,7 +58,7 @@ def _worker_env(device: str) -> dict[str, str]:
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
         PYTHONDONTWRITEBYTECODE="1",  # a .pyc written mid-call would count as bytes sent
-        PYTHONUNBUFFERED="0",
+        PYTHONUNBUFFERED="1",  # what a rank printed reaches its log even if it then hangs
         TORCH_CPP_LOG_LEVEL="ERROR",
     )
     if device == "cpu":
@@ -312,7 +313,9 @@ class World:
             same = [r for r, e in errors.items() if e["message"] == errors[first]["message"]]
             who = "every rank" if len(same) == self.size > 1 else label(first).rstrip(": ")
             message = errors[first]["message"]
-            lines.append(f"{who}: {message}" if who else message)
+            if "\n" in message:
+                message = "\n" + textwrap.indent(message, "  ")
+            lines.append(f"{who}: {message}" if who else message.lstrip("\n"))
         else:
             kind = "timeout"
             what = f"{function} did not finish within {time_limit:g} s"
@@ -330,7 +333,9 @@ class World:
                     lines.append(f"{label(rank)}last output:\n{_tail(text)}")
         if not keep:
             self.close()
-        raise SubmissionError(kind, function, "\n".join(lines), exception_type)
+        error = SubmissionError(kind, function, "\n".join(lines), exception_type)
+        error.printed = printed or []
+        raise error
 
     def close(self) -> None:
         if not self.alive:

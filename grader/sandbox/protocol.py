@@ -14,6 +14,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+import numpy as np
 import torch
 
 GO = b"go"
@@ -37,8 +38,10 @@ def decode_reply(payload: bytes) -> Any:
     """Raises ValueError when the payload is not a plain, safe structure."""
     try:
         return torch.load(io.BytesIO(payload), weights_only=True)
-    except Exception as error:
-        raise ValueError(f"unreadable reply from the worker: {error}") from None
+    except Exception as error:  # any failure to decode is the worker's fault
+        refused = [line.split(" was not")[0].strip() for line in str(error).splitlines() if "Unsupported global" in line]
+        detail = f" ({refused[0]})" if refused else ""
+        raise ValueError(f"the worker's reply could not be read safely{detail}") from None
 
 
 def framed_size(payload: bytes) -> int:
@@ -69,5 +72,12 @@ def map_tensors(value: Any, function: Callable[[torch.Tensor], torch.Tensor]) ->
 
 
 def to_grader(value: Any) -> Any:
-    """Tensors detached from autograd and on the CPU, ready to be sent back."""
+    """Tensors detached from autograd and on the CPU, numpy scalars as Python numbers (torch's
+    safe loader refuses numpy types), ready to be sent back."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        return type(value)(to_grader(item) for item in value)
+    if isinstance(value, dict):
+        return {k: to_grader(v) for k, v in value.items()}
     return map_tensors(value, lambda t: t.detach().cpu())

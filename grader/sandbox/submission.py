@@ -111,6 +111,8 @@ class Submission:
                 where = f" at world size {len(requests)}" if distributed else ""
                 message = f"not run: {name} {verb}{where} earlier in this run (see the first failure)"
                 self._broken[key] = SubmissionError(error.kind, name, message)
+            if self.echo:
+                self._echo(error.printed)
             raise self._explain(error, spec.file, spec.section) from None
         if self.echo:
             self._echo(result.printed)
@@ -123,7 +125,7 @@ class Submission:
         path = _shown(self.directory / file)
         message = (
             f"{error.function} is not implemented yet: implement it in {path} "
-            f"(lecture {self.module.lecture}, section {section})"
+            f"(see {self.module.lecture}, section {section})"
         )
         return SubmissionError("not_implemented", error.function, message)
 
@@ -132,6 +134,11 @@ class Submission:
             for line in text.splitlines():
                 prefix = f"[rank {rank}] " if len(printed) > 1 else ""
                 sys.stdout.write(f"{prefix}{line}\n")
+
+    def restart(self) -> None:
+        """Fresh workers (which import the files again) and a clean slate for hung functions."""
+        self._worlds.close()
+        self._broken.clear()
 
     def close(self) -> None:
         self._worlds.close()

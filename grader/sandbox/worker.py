@@ -148,12 +148,12 @@ class Worker:
             return
         seconds = self.clock() - start
 
-        if request["return_result"] and not is_plain(result):
+        result = to_grader(result) if request["return_result"] else None
+        if not is_plain(result):
             kind = type(result).__name__
             message = f"returned a {kind}; return tensors, numbers, or lists/tuples/dicts of them"
-            self.reply(("error", {"kind": "exception", "message": message}))
+            self.reply(("error", {"kind": "bad_return", "message": message}))
             return
-        result = to_grader(result) if request["return_result"] else None
         returned_args = to_grader(list(args)) if request["return_args"] else None
         self.reply(("ok", result, returned_args, seconds))
 

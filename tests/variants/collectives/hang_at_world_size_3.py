@@ -1,13 +1,11 @@
-"""Correct, except that at world size 3 rank 2 returns before the last all-gather step: its
-neighbours wait forever for a message that never comes."""
+"""Correct, except that at world size 3 rank 2 first waits for a message from rank 0 that rank 0
+never sends: rank 2 hangs, and its neighbours hang waiting for rank 2."""
 # target: ring.py
 
 _correct_all_gather_chunks = _all_gather_chunks
 
 
 def _all_gather_chunks(chunks, group):
-    rank, p, left, right = ring_neighbours(group)
-    if p != 3 or rank != 2:
-        return _correct_all_gather_chunks(chunks, group)
-    for step in range(p - 2):
-        _send_right_receive_left(chunks[(rank - step) % p], chunks[(rank - step - 1) % p], right, left, group)
+    if dist.get_world_size(group) == 3 and dist.get_rank(group) == 2:
+        dist.recv(torch.empty(1), 0, group)
+    _correct_all_gather_chunks(chunks, group)

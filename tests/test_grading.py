@@ -1,0 +1,86 @@
+"""The reference solutions get full marks; the generated stubs get zero, each failure naming the
+function to implement and its file; the CLI's exit status and messages."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT, by_name, run_grader
+
+from grader.course import load_course
+
+
+def test_solutions_get_full_marks_on_every_module(solutions_results):
+    failed = [f"{t['name']}: {t['output'][:300]}" for t in solutions_results["tests"] if t["status"] != "passed"]
+    assert not failed, "the reference fails:\n" + "\n".join(failed)
+    course = load_course()
+    assert solutions_results["score"] == sum(m.points for m in course.modules.values())
+
+
+def test_every_module_has_public_and_hidden_tests(solutions_results):
+    for module in load_course().modules:
+        suites = {t["extra_data"]["suite"] for t in solutions_results["tests"] if t["name"].startswith(module)}
+        assert suites == {"public", "hidden"}, f"{module} has suites {suites}"
+
+
+def test_stubs_score_zero_and_name_the_function_and_file(stubs_results):
+    assert stubs_results["score"] == 0
+    course = load_course()
+    for test in stubs_results["tests"]:
+        assert test["status"] == "failed", test["name"]
+        assert test["extra_data"]["kind"] == "not_implemented", f"{test['name']}: {test['output']}"
+        module = course.module(test["name"].split(":")[0])
+        named = [f for f in module.functions.values() if f"{f.name} is not implemented yet" in test["output"]]
+        assert named, f"{test['name']} does not name a function: {test['output']}"
+        assert f"implement it in assignments/{module.name}/{named[0].file}" in test["output"], test["output"]
+
+
+def test_scores_are_shared_by_weight_within_a_module(solutions_results):
+    tests = by_name(solutions_results)
+    unit = tests["test_allreduce_time_ring_formula"]["max_score"]
+    assert tests["test_ring_allreduce_time_within_3x_gloo_all_reduce"]["max_score"] == pytest.approx(4 * unit)
+    assert sum(t["max_score"] for t in tests.values()) == pytest.approx(100)
+
+
+def test_text_scoreboard_for_a_fresh_clone_is_a_table_not_a_traceback():
+    completed = run_grader("grade", "--no-perf")
+    assert completed.returncode == 0, completed.stderr
+    out = completed.stdout
+    assert "Traceback" not in out + completed.stderr
+    assert "0.0 / 100" in out and "total" in out
+    for function in ("ring_allreduce", "ring_reduce_scatter", "ring_allgather", "allreduce_time"):
+        assert function in out
+    assert "implement it in assignments/collectives/ring.py" in out
+    assert "note: performance checks were skipped" in out
+
+
+def test_unknown_module_is_a_one_line_error_with_status_2():
+    completed = run_grader("grade", "no_such_module")
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == "grader: unknown module 'no_such_module' (modules: collectives)"
+
+
+def test_missing_submission_folder_is_a_one_line_error_with_status_2():
+    completed = run_grader("grade", "--submission", "no/such/folder")
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == "grader: submission folder 'no/such/folder' does not exist"
+
+
+def test_list_prints_the_syllabus():
+    completed = run_grader("list")
+    assert completed.returncode == 0
+    for function in load_course().module("collectives").functions:
+        assert function in completed.stdout
+
+
+def test_public_tests_run_straight_with_pytest_against_the_stubs():
+    """A student's `pytest assignments/collectives`: runs, fails with the instruction, no crash."""
+    import subprocess
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "assignments/collectives", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 1, completed.stdout[-2000:]
+    assert "ring_allreduce is not implemented yet: implement it in assignments/collectives/ring.py" in completed.stdout
+    assert "INTERNALERROR" not in completed.stdout

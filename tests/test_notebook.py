@@ -1,0 +1,28 @@
+"""The module notebooks execute top to bottom against the reference solutions."""
+
+from __future__ import annotations
+
+import os
+
+import nbclient
+import nbformat
+import pytest
+from conftest import ROOT
+
+from grader.course import load_course
+
+
+@pytest.mark.parametrize("module", list(load_course().modules))
+def test_notebook_runs_against_the_solutions(module, monkeypatch):
+    path = ROOT / "assignments" / module / f"{module}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), (
+        f"{path} is committed with outputs; clear them"
+    )
+    monkeypatch.setenv("GRADER_SUBMISSION", str(ROOT / "solutions"))
+    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
+    client.execute()
+    errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, errors
+    assert os.environ["GRADER_SUBMISSION"].endswith("solutions")

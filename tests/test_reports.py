@@ -1,0 +1,91 @@
+"""Every output format is valid for the tool that reads it: Gradescope's results.json fields,
+JUnit XML that parses, GitHub Classroom's base64 JSON; hidden tests never show their source."""
+
+from __future__ import annotations
+
+import base64
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+from conftest import ROOT, build_variant, run_grader
+
+from grader.report import render
+from grader.results import GradeReport, ModuleResult, TestResult
+
+SELECT = "allreduce_time or world=2-divisible"  # a quick, mixed slice of public and hidden tests
+
+
+@pytest.fixture(scope="module")
+def half_broken(tmp_path_factory) -> str:
+    """A submission whose ring_reduce_scatter returns the wrong shape: some tests pass, some fail."""
+    return str(build_variant("collectives", "wrong_shape", tmp_path_factory.mktemp("variant")))
+
+
+def _grade(fmt: str, submission: str, tmp_path, env=None) -> str:
+    out = tmp_path / f"report.{fmt}"
+    completed = run_grader("grade", "--submission", submission, "--format", fmt, "--out", str(out),
+                           "--select", f"{SELECT} or reduce_scatter and world=2-divisible", env=env)  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    return out.read_text()
+
+
+def test_gradescope_results_have_the_documented_fields(half_broken, tmp_path):
+    results = json.loads(_grade("gradescope", half_broken, tmp_path))
+    assert isinstance(results["score"], float) and results["tests"]
+    statuses = set()
+    for test in results["tests"]:
+        assert {"name", "score", "max_score", "status", "output", "visibility", "extra_data"} <= test.keys()
+        assert test["status"] in ("passed", "failed") and test["visibility"] in ("visible", "hidden", "after_due_date",
+                                                                                 "after_published")  # fmt: skip
+        assert 0 <= test["score"] <= test["max_score"]
+        statuses.add(test["status"])
+    assert statuses == {"passed", "failed"}
+    assert results["score"] == pytest.approx(sum(t["score"] for t in results["tests"]), abs=0.01)
+
+
+def test_hidden_failures_show_the_reason_never_the_test_source(half_broken, tmp_path):
+    results = json.loads(_grade("json", half_broken, tmp_path))
+    hidden_failures = [t for t in results["tests"] if t["extra_data"]["suite"] == "hidden" and t["status"] == "failed"]
+    assert hidden_failures
+    for test in hidden_failures:
+        assert "shape" in test["output"]
+        for source_marker in ("def test_", "assert_matches(", "submission.function(", "spmd(", ".py\", line"):
+            assert source_marker not in test["output"], test["output"]
+
+
+def test_junit_xml_parses_and_counts_failures(half_broken, tmp_path):
+    root = ET.fromstring(_grade("junit", half_broken, tmp_path))
+    suite = root.find("testsuite")
+    cases = suite.findall("testcase")
+    assert int(suite.get("tests")) == len(cases) > 0
+    assert int(suite.get("failures")) == sum(c.find("failure") is not None for c in cases) > 0
+
+
+def test_classroom_output_decodes_and_carries_partial_credit(half_broken, tmp_path):
+    github_output = tmp_path / "github_output"
+    encoded = _grade("classroom", half_broken, tmp_path, env={"GITHUB_OUTPUT": str(github_output)})
+    payload = json.loads(base64.b64decode(encoded))
+    assert payload["version"] == 1 and payload["status"] == "fail" and payload["max_score"] == 100
+    assert {"name", "status", "score", "message"} <= payload["tests"][0].keys()
+    earned = sum(t["score"] for t in payload["tests"])
+    assert 0 < earned < payload["max_score"], "partial credit must survive (not all-or-nothing)"
+    assert github_output.read_text() == f"result={encoded.strip()}\n"
+
+
+def test_report_round_trips_through_its_dict_form():
+    report = GradeReport("course", "sub", "cpu", [ModuleResult("m", "M", 10, [
+        TestResult("m", "t1", "public", "passed", weight=1), TestResult("m", "t2", "hidden", "failed", weight=3,
+                                                                         message="boom")])])  # fmt: skip
+    report.modules[0].assign_points()
+    again = GradeReport.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert again.score == report.score == 2.5 and again.max_score == 10
+    assert "boom" in render(again, "text")
+
+
+def test_text_report_to_a_file_has_no_color_codes(tmp_path):
+    out = tmp_path / "report.txt"
+    completed = run_grader("grade", "--select", "allreduce_time_ring", "--out", str(out))
+    assert completed.returncode == 0
+    assert "\x1b[" not in out.read_text() and "collectives" in out.read_text()
+    assert (ROOT / "README.md").is_file()

@@ -1,0 +1,122 @@
+"""The sandbox on its own: limits, classification of failures, safe replies, stack reading,
+refused calls. Uses a throwaway module written into a temporary folder."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from grader.course import Function, Module
+from grader.sandbox import Submission, SubmissionError
+from grader.sandbox.guard import ForbiddenCallError, Guard
+from grader.sandbox.protocol import decode_reply, encode_reply
+from grader.sandbox.stacks import where
+
+PROBE = '''
+import numpy as np
+import torch
+
+def grab_memory():
+    return torch.empty(2**40, dtype=torch.uint8).sum()
+
+def return_an_object():
+    return object()
+
+def return_numpy():
+    return np.float64(2.5), np.int64(3)
+
+def shout(text):
+    print("hello from the worker:", text)
+    return len(text)
+
+def spin():
+    while True:
+        pass
+'''
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> Submission:
+    folder = tmp_path_factory.mktemp("submission") / "probe"
+    folder.mkdir()
+    (folder / "probe.py").write_text(PROBE)
+    names = ["grab_memory", "return_an_object", "return_numpy", "shout", "spin"]
+    module = Module("probe", "Probe", "lectures/probe.md", 1, ("probe.py",),
+                    {n: Function(n, "probe.py", "1. Probe") for n in names}, 2.0, 1024)  # fmt: skip
+    submission = Submission(module, folder, echo=True)
+    yield submission
+    submission.close()
+
+
+def test_memory_beyond_the_worker_limit_is_reported_as_memory(probe):
+    with pytest.raises(SubmissionError) as raised:
+        probe.function("grab_memory")()
+    assert raised.value.kind == "memory"
+
+
+def test_returning_an_arbitrary_object_is_refused_with_a_reason(probe):
+    with pytest.raises(SubmissionError) as raised:
+        probe.function("return_an_object")()
+    assert raised.value.kind == "bad_return" and "returned a object" in raised.value.message
+
+
+def test_numpy_scalars_come_back_as_python_numbers(probe):
+    assert probe.function("return_numpy")() == (2.5, 3)
+
+
+def test_printed_output_is_echoed_with_the_result(probe, capsys):
+    assert probe.function("shout")("hi") == 2
+    assert "hello from the worker: hi" in capsys.readouterr().out
+
+
+def test_an_infinite_loop_times_out_with_the_line_it_was_on(probe):
+    with pytest.raises(SubmissionError) as raised:
+        probe.function("spin").run(time_limit_s=1)
+    assert raised.value.kind == "timeout"
+    assert "probe.py:" in raised.value.message and "in spin()" in raised.value.message
+    with pytest.raises(SubmissionError, match="not run: spin hung"):
+        probe.function("spin")()
+    probe.restart()
+    assert probe.function("shout")("again") == 5
+
+
+def test_replies_are_read_with_the_restricted_unpickler():
+    class Payload:
+        def __reduce__(self):
+            return (print, ("this would run in the grader",))
+
+    with pytest.raises(ValueError, match="could not be read safely"):
+        decode_reply(encode_reply(Payload()))
+    assert decode_reply(encode_reply({"x": [1, 2.0, "s"]})) == {"x": [1, 2.0, "s"]}
+
+
+def test_guard_refuses_armed_names_and_records_attempts():
+    probe_module = types.ModuleType("guard_probe")
+    probe_module.collective = lambda: "ran"
+    sys.modules["guard_probe"] = probe_module
+    guard = Guard(["guard_probe.collective"])
+    bound_early = probe_module.collective  # a `from guard_probe import collective` before arming
+    assert bound_early() == "ran"
+    with guard.refusing(["guard_probe.collective"], "student_function"):
+        with pytest.raises(ForbiddenCallError, match="student_function may not call guard_probe.collective"):
+            bound_early()
+    assert guard.attempts == ["guard_probe.collective"]
+    assert bound_early() == "ran"
+
+
+def test_where_points_at_the_students_line_and_the_library_call(tmp_path):
+    student = tmp_path / "ring.py"
+    student.write_text("import torch\n\ndef ring():\n    dist.recv(buffer, 0)\n")
+    dump = (
+        "Thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/site-packages/torch/distributed/distributed_c10d.py", line 2400 in recv\n'
+        f'  File "{student}", line 4 in ring\n'
+        '  File "/grader/sandbox/worker.py", line 120 in run\n'
+    )
+    assert where(dump, Path(tmp_path)) == (
+        "ring.py:4 in ring(): dist.recv(buffer, 0)  [waiting in recv() of torch/distributed/distributed_c10d.py]"
+    )
+    assert "no Python stack" in where("", Path(tmp_path))
