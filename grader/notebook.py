@@ -26,9 +26,7 @@ def module_folder(module: str) -> Path:
 
 def open_module(module: str, time_limit_s: float | None = None) -> Submission:
     """The student's `module`, run in worker processes; prints from every rank are echoed."""
-    return Submission(
-        load_course().module(module), module_folder(module), echo=True, time_limit_s=time_limit_s
-    )
+    return Submission(load_course().module(module), module_folder(module), echo=True, time_limit_s=time_limit_s)
 
 
 def open_library() -> Library:

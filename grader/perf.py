@@ -19,8 +19,9 @@ class Ratio:
     reference_s: float
 
 
-def interleaved_ratio(candidate: Callable[[], float], reference: Callable[[], float], rounds: int = 7,
-                      warmup: int = 1) -> Ratio:  # fmt: skip
+def interleaved_ratio(
+    candidate: Callable[[], float], reference: Callable[[], float], rounds: int = 7, warmup: int = 1
+) -> Ratio:
     """Median of `rounds` timings of each, taken alternately; each callable returns seconds."""
     for _ in range(warmup):
         candidate()

@@ -26,9 +26,7 @@ _SUBMISSIONS = pytest.StashKey[dict[str, Submission]]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grader", "AI infrastructure course grader")
-    group.addoption(
-        "--submission", default=None, help="folder holding one folder per module (default: assignments/)"
-    )
+    group.addoption("--submission", default=None, help="folder holding one folder per module (default: assignments/)")
     group.addoption(
         "--device",
         default="cpu",

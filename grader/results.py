@@ -97,5 +97,11 @@ class GradeReport:
         for module in data["modules"]:
             tests = [TestResult(**{k: v for k, v in t.items() if k != "score"}) for t in module["tests"]]
             modules.append(ModuleResult(module["name"], module["title"], module["points"], tests))
-        return cls(data["course"], data["submission"], data["device"], modules,
-                   data.get("duration_s", 0.0), data.get("notes", []))  # fmt: skip
+        return cls(
+            data["course"],
+            data["submission"],
+            data["device"],
+            modules,
+            data.get("duration_s", 0.0),
+            data.get("notes", []),
+        )

@@ -50,8 +50,9 @@ class _Collector:
         path = Path(report.fspath)
         suite = "hidden" if "suites" in path.parts else "public"
         name = report.nodeid.split("::", 1)[-1]
-        return TestResult(module=path.parent.name, name=name, suite=suite, status=PASSED,
-                          weight=getattr(report, "grader_weight", 1.0))  # fmt: skip
+        return TestResult(
+            module=path.parent.name, name=name, suite=suite, status=PASSED, weight=getattr(report, "grader_weight", 1.0)
+        )
 
     def _record(self, result: TestResult, report: pytest.TestReport) -> None:
         if report.passed:
@@ -93,10 +94,24 @@ def grade(
         if not public_only and hidden.is_dir():
             paths += sorted(str(p) for p in hidden.glob("test_*.py"))
     args: list[Any] = [
-        *paths, "--submission", str(submission), "--device", device, "--grading",
-        "-p", "no:terminal", "-p", "no:cacheprovider", "--import-mode=importlib",
-        "--rootdir", str(course.root), "-o", "addopts=", "-W", "ignore::DeprecationWarning",
-    ]  # fmt: skip
+        *paths,
+        "--submission",
+        str(submission),
+        "--device",
+        device,
+        "--grading",
+        "-p",
+        "no:terminal",
+        "-p",
+        "no:cacheprovider",
+        "--import-mode=importlib",
+        "--rootdir",
+        str(course.root),
+        "-o",
+        "addopts=",
+        "-W",
+        "ignore::DeprecationWarning",
+    ]
     if not perf:
         args += ["-m", "not perf"]
     if time_limit_s is not None:

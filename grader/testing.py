@@ -37,8 +37,9 @@ def tolerance(dtype: torch.dtype, terms: int = 1) -> tuple[float, float]:
     return 4 * terms * eps, 4 * terms * eps
 
 
-def describe_difference(actual: torch.Tensor, expected: torch.Tensor, what: str, rtol: float = 0.0,
-                        atol: float = 0.0) -> str | None:  # fmt: skip
+def describe_difference(
+    actual: torch.Tensor, expected: torch.Tensor, what: str, rtol: float = 0.0, atol: float = 0.0
+) -> str | None:
     """None when `actual` matches `expected` (shape, dtype, values); else a one-paragraph reason."""
     if not isinstance(actual, torch.Tensor):
         return f"{what}: expected a tensor, got {type(actual).__name__}"
@@ -62,8 +63,9 @@ def describe_difference(actual: torch.Tensor, expected: torch.Tensor, what: str,
     )
 
 
-def assert_matches(actual: torch.Tensor, expected: torch.Tensor, what: str, rtol: float = 0.0,
-                   atol: float = 0.0) -> None:  # fmt: skip
+def assert_matches(
+    actual: torch.Tensor, expected: torch.Tensor, what: str, rtol: float = 0.0, atol: float = 0.0
+) -> None:
     problem = describe_difference(actual, expected, what, rtol, atol)
     if problem:
         raise AssertionError(problem)

@@ -33,7 +33,8 @@ def test_lecture_figures_exist(module):
 
 @pytest.mark.parametrize("script", sorted((ROOT / "lectures" / "scripts").glob("*_figures.py")), ids=lambda p: p.name)
 def test_figure_script_runs(script, tmp_path):
-    completed = subprocess.run([sys.executable, str(script), "--out", str(tmp_path)], capture_output=True,
-                               text=True, timeout=120)  # fmt: skip
+    completed = subprocess.run(
+        [sys.executable, str(script), "--out", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert completed.returncode == 0, completed.stderr
     assert list(tmp_path.glob("*.png"))

@@ -20,8 +20,9 @@ def test_notebook_runs_against_the_solutions(module, monkeypatch):
         f"{path} is committed with outputs; clear them"
     )
     monkeypatch.setenv("GRADER_SUBMISSION", str(ROOT / "solutions"))
-    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
+    client = nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     client.execute()
     errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors

@@ -24,8 +24,18 @@ def half_broken(tmp_path_factory) -> str:
 
 def _grade(fmt: str, submission: str, tmp_path, env=None) -> str:
     out = tmp_path / f"report.{fmt}"
-    completed = run_grader("grade", "--submission", submission, "--format", fmt, "--out", str(out),
-                           "--select", f"{SELECT} or reduce_scatter and world=2-divisible", env=env)  # fmt: skip
+    completed = run_grader(
+        "grade",
+        "--submission",
+        submission,
+        "--format",
+        fmt,
+        "--out",
+        str(out),
+        "--select",
+        f"{SELECT} or reduce_scatter and world=2-divisible",
+        env=env,
+    )
     assert completed.returncode == 0, completed.stderr
     return out.read_text()
 
@@ -36,8 +46,12 @@ def test_gradescope_results_have_the_documented_fields(half_broken, tmp_path):
     statuses = set()
     for test in results["tests"]:
         assert {"name", "score", "max_score", "status", "output", "visibility", "extra_data"} <= test.keys()
-        assert test["status"] in ("passed", "failed") and test["visibility"] in ("visible", "hidden", "after_due_date",
-                                                                                 "after_published")  # fmt: skip
+        assert test["status"] in ("passed", "failed") and test["visibility"] in (
+            "visible",
+            "hidden",
+            "after_due_date",
+            "after_published",
+        )
         assert 0 <= test["score"] <= test["max_score"]
         statuses.add(test["status"])
     assert statuses == {"passed", "failed"}
@@ -50,7 +64,7 @@ def test_hidden_failures_show_the_reason_never_the_test_source(half_broken, tmp_
     assert hidden_failures
     for test in hidden_failures:
         assert "shape" in test["output"]
-        for source_marker in ("def test_", "assert_matches(", "submission.function(", "spmd(", ".py\", line"):
+        for source_marker in ("def test_", "assert_matches(", "submission.function(", "spmd(", '.py", line'):
             assert source_marker not in test["output"], test["output"]
 
 
@@ -74,9 +88,22 @@ def test_classroom_output_decodes_and_carries_partial_credit(half_broken, tmp_pa
 
 
 def test_report_round_trips_through_its_dict_form():
-    report = GradeReport("course", "sub", "cpu", [ModuleResult("m", "M", 10, [
-        TestResult("m", "t1", "public", "passed", weight=1), TestResult("m", "t2", "hidden", "failed", weight=3,
-                                                                         message="boom")])])  # fmt: skip
+    report = GradeReport(
+        "course",
+        "sub",
+        "cpu",
+        [
+            ModuleResult(
+                "m",
+                "M",
+                10,
+                [
+                    TestResult("m", "t1", "public", "passed", weight=1),
+                    TestResult("m", "t2", "hidden", "failed", weight=3, message="boom"),
+                ],
+            )
+        ],
+    )
     report.modules[0].assign_points()
     again = GradeReport.from_dict(json.loads(json.dumps(report.to_dict())))
     assert again.score == report.score == 2.5 and again.max_score == 10

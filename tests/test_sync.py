@@ -30,7 +30,9 @@ def test_stubs_keep_signatures_and_docstrings_and_drop_every_solution_line():
                 fenced.append(line.strip())
         leaked = [line for line in fenced if len(line) > 12 and line in stub.text]
         assert not leaked, f"{stub.target}: solution lines in the stub: {leaked[:5]}"
-        public = [n.name for n in ast.parse(solution).body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+        public = [
+            n.name for n in ast.parse(solution).body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
+        ]
         stub_functions = {n.name: n for n in ast.parse(stub.text).body if isinstance(n, ast.FunctionDef)}
         for name in public:
             assert name in stub_functions, f"{stub.target} lost {name}()"

@@ -16,19 +16,21 @@ def gradescope_json(report: GradeReport, *, hidden_visibility: str = "visible") 
     tests = []
     for module in report.modules:
         for test in module.graded:
-            tests.append({
-                "name": f"{module.name}: {test.name}",
-                "name_format": "text",
-                "number": f"{module.name}",
-                "score": round(test.score, 4),
-                "max_score": round(test.max_score, 4),
-                "status": "passed" if test.status == PASSED else "failed",
-                "output": test.message or "passed",
-                "output_format": "text",
-                "visibility": hidden_visibility if test.suite == "hidden" else "visible",
-                "tags": [module.name, test.suite],
-                "extra_data": {"suite": test.suite, "kind": test.kind, **test.measurements},
-            })  # fmt: skip
+            tests.append(
+                {
+                    "name": f"{module.name}: {test.name}",
+                    "name_format": "text",
+                    "number": f"{module.name}",
+                    "score": round(test.score, 4),
+                    "max_score": round(test.max_score, 4),
+                    "status": "passed" if test.status == PASSED else "failed",
+                    "output": test.message or "passed",
+                    "output_format": "text",
+                    "visibility": hidden_visibility if test.suite == "hidden" else "visible",
+                    "tags": [module.name, test.suite],
+                    "extra_data": {"suite": test.suite, "kind": test.kind, **test.measurements},
+                }
+            )
     summary = [f"{m.name}: {m.score:.1f}/{m.max_score:g}" for m in report.modules]
     result = {
         "score": round(report.score, 4),

@@ -12,16 +12,26 @@ def junit_xml(report: GradeReport) -> str:
     for module in report.modules:
         counts = {s: sum(t.status == s for t in module.tests) for s in (FAILED, ERROR, SKIPPED)}
         suite = ET.SubElement(
-            root, "testsuite", name=module.name, tests=str(len(module.tests)),
-            failures=str(counts[FAILED]), errors=str(counts[ERROR]), skipped=str(counts[SKIPPED]),
+            root,
+            "testsuite",
+            name=module.name,
+            tests=str(len(module.tests)),
+            failures=str(counts[FAILED]),
+            errors=str(counts[ERROR]),
+            skipped=str(counts[SKIPPED]),
             time=f"{sum(t.duration_s for t in module.tests):.3f}",
-        )  # fmt: skip
+        )
         properties = ET.SubElement(suite, "properties")
         for name, value in (("score", module.score), ("max_score", module.max_score)):
             ET.SubElement(properties, "property", name=name, value=f"{value:g}")
         for test in module.tests:
-            case = ET.SubElement(suite, "testcase", classname=f"{module.name}.{test.suite}",
-                                 name=test.name, time=f"{test.duration_s:.3f}")  # fmt: skip
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"{module.name}.{test.suite}",
+                name=test.name,
+                time=f"{test.duration_s:.3f}",
+            )
             if test.status in (FAILED, ERROR):
                 tag = "failure" if test.status == FAILED else "error"
                 ET.SubElement(case, tag, message=test.message.splitlines()[0] if test.message else "")

@@ -21,14 +21,14 @@ def _scoreboard(report: GradeReport) -> Table:
     table.add_column("to do")
     for module in report.modules:
         passed = sum(t.status == PASSED for t in module.graded)
-        todo = ", ".join(module.to_implement()) or (
-            "-" if passed == len(module.graded) else "fix the failures below"
+        todo = ", ".join(module.to_implement()) or ("-" if passed == len(module.graded) else "fix the failures below")
+        style = "green" if module.graded and passed == len(module.graded) else "red" if not passed else "yellow"
+        table.add_row(
+            module.name,
+            f"[{style}]{module.score:.1f} / {module.max_score:g}[/]",
+            f"{passed} / {len(module.graded)}",
+            todo,
         )
-        style = (
-            "green" if module.graded and passed == len(module.graded) else "red" if not passed else "yellow"
-        )
-        table.add_row(module.name, f"[{style}]{module.score:.1f} / {module.max_score:g}[/]",
-                      f"{passed} / {len(module.graded)}", todo)  # fmt: skip
     table.add_section()
     table.add_row("[bold]total[/]", f"[bold]{report.score:.1f} / {report.max_score:g}[/]", "", "")
     return table
@@ -59,9 +59,7 @@ def _failures(console: Console, module: ModuleResult) -> None:
 
 def text_report(report: GradeReport, *, color: bool = False) -> str:
     buffer = io.StringIO()
-    console = Console(
-        file=buffer, force_terminal=color, width=110, color_system="standard" if color else None
-    )
+    console = Console(file=buffer, force_terminal=color, width=110, color_system="standard" if color else None)
     for module in report.modules:
         _failures(console, module)
     skipped = sum(t.status == SKIPPED for t in report.tests)

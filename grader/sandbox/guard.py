@@ -54,9 +54,7 @@ class Guard:
         def refused_when_armed(*args: Any, **kwargs: Any) -> Any:
             if name in self._armed:
                 self.attempts.append(name)
-                raise ForbiddenCallError(
-                    f"{self._function} may not call {name}: the exercise is to build it yourself"
-                )
+                raise ForbiddenCallError(f"{self._function} may not call {name}: the exercise is to build it yourself")
             return original(*args, **kwargs)
 
         return refused_when_armed

@@ -79,10 +79,19 @@ class WorkerProcess:
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         command = [
-            sys.executable, "-m", "grader.sandbox.worker",
-            "--fd-in", str(request_read), "--fd-out", str(reply_write),
-            "--rank", str(rank), "--stack-file", str(self.stack_path), *argv,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "grader.sandbox.worker",
+            "--fd-in",
+            str(request_read),
+            "--fd-out",
+            str(reply_write),
+            "--rank",
+            str(rank),
+            "--stack-file",
+            str(self.stack_path),
+            *argv,
+        ]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 command,
@@ -259,10 +268,9 @@ class World:
         replies, dead = self._collect(self.workers, deadline, grace_on_error=True)
         seconds = time.perf_counter() - start
         bytes_sent = [
-            w.bytes_written() - before - (w.log_size() - logged)
-            - (replies[w.rank][1] if w.rank in replies else 0)
+            w.bytes_written() - before - (w.log_size() - logged) - (replies[w.rank][1] if w.rank in replies else 0)
             for w, before, logged in zip(self.workers, written_before, logged_before)
-        ]  # fmt: skip
+        ]
         printed = [w.new_output() for w in self.workers]
         errors = {r: m[1] for r, (m, _) in replies.items() if m[0] == "error"}
         if dead or len(replies) < self.size or errors:

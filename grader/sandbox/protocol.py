@@ -39,7 +39,9 @@ def decode_reply(payload: bytes) -> Any:
     try:
         return torch.load(io.BytesIO(payload), weights_only=True)
     except Exception as error:  # any failure to decode is the worker's fault
-        refused = [line.split(" was not")[0].strip() for line in str(error).splitlines() if "Unsupported global" in line]
+        refused = [
+            line.split(" was not")[0].strip() for line in str(error).splitlines() if "Unsupported global" in line
+        ]
         detail = f" ({refused[0]})" if refused else ""
         raise ValueError(f"the worker's reply could not be read safely{detail}") from None
 

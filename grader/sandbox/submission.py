@@ -94,10 +94,18 @@ class Submission:
         if not self.directory.is_dir():
             raise SubmissionError("import", name, f"the submission has no folder {_shown(self.directory)}")
         requests = [
-            _request(name, args, kwargs, file=spec.file, forbidden=spec.forbidden, device=self.device,
-                     return_args=return_args, return_result=return_result)
+            _request(
+                name,
+                args,
+                kwargs,
+                file=spec.file,
+                forbidden=spec.forbidden,
+                device=self.device,
+                return_args=return_args,
+                return_result=return_result,
+            )
             for args, kwargs in requests_args
-        ]  # fmt: skip
+        ]
         key = (name, len(requests))
         if key in self._broken:
             raise self._broken[key]
@@ -165,9 +173,13 @@ class RemoteFunction:
     ) -> CallResult:
         """One call in a single worker process (no process group)."""
         return self.submission.run(
-            self.name, [(args, kwargs or {})], distributed=False, return_args=return_args,
-            return_result=return_result, time_limit_s=time_limit_s,
-        )  # fmt: skip
+            self.name,
+            [(args, kwargs or {})],
+            distributed=False,
+            return_args=return_args,
+            return_result=return_result,
+            time_limit_s=time_limit_s,
+        )
 
     def spmd(
         self,
@@ -183,9 +195,13 @@ class RemoteFunction:
         if len(args_per_rank) != world_size:
             raise ValueError(f"{len(args_per_rank)} argument tuples for {world_size} ranks")
         return self.submission.run(
-            self.name, [(args, kwargs or {}) for args in args_per_rank], distributed=True,
-            return_args=return_args, return_result=return_result, time_limit_s=time_limit_s,
-        )  # fmt: skip
+            self.name,
+            [(args, kwargs or {}) for args in args_per_rank],
+            distributed=True,
+            return_args=return_args,
+            return_result=return_result,
+            time_limit_s=time_limit_s,
+        )
 
 
 class Library:
@@ -209,10 +225,18 @@ class Library:
         return_result: bool = True,
     ) -> CallResult:
         requests = [
-            _request(target, args, kwargs or {}, target=target, forbidden=(), device=self.device,
-                     return_args=False, return_result=return_result)
+            _request(
+                target,
+                args,
+                kwargs or {},
+                target=target,
+                forbidden=(),
+                device=self.device,
+                return_args=False,
+                return_result=return_result,
+            )
             for args in args_per_rank
-        ]  # fmt: skip
+        ]
         world = self._worlds.get(world_size, True)
         return world.call(requests, self.time_limit_s, target)
 

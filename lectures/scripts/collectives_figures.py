@@ -198,9 +198,7 @@ def fig_ring_steps(out: Path, p: int = 4) -> Path:
 
 
 def predicted_times(p: int, sizes: np.ndarray, alpha: float, beta: float) -> dict[str, np.ndarray]:
-    return {
-        algo: np.array([allreduce_time(algo, p, float(n), alpha, beta) for n in sizes]) for algo in ALGORITHMS
-    }
+    return {algo: np.array([allreduce_time(algo, p, float(n), alpha, beta) for n in sizes]) for algo in ALGORITHMS}
 
 
 def size_label(nbytes: float) -> str:

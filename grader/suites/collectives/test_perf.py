@@ -44,9 +44,7 @@ def test_ring_allreduce_sends_at_most_the_bandwidth_bound(submission, world_size
     result = submission.function("ring_allreduce").spmd(
         world_size, [(t,) for t in _inputs(world_size, "bytes")], return_result=False
     )
-    _check_bytes(
-        record_property, result.bytes_sent, allreduce_bytes_bound(NBYTES, world_size), "ring_allreduce"
-    )
+    _check_bytes(record_property, result.bytes_sent, allreduce_bytes_bound(NBYTES, world_size), "ring_allreduce")
 
 
 @pytest.mark.perf
@@ -56,9 +54,7 @@ def test_ring_reduce_scatter_sends_at_most_its_share(submission, record_property
     result = submission.function("ring_reduce_scatter").spmd(
         4, [(t,) for t in _inputs(4, "bytes-rs")], return_result=False
     )
-    _check_bytes(
-        record_property, result.bytes_sent, allreduce_bytes_bound(NBYTES, 4) / 2, "ring_reduce_scatter"
-    )
+    _check_bytes(record_property, result.bytes_sent, allreduce_bytes_bound(NBYTES, 4) / 2, "ring_reduce_scatter")
 
 
 @pytest.mark.perf

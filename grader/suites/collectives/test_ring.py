@@ -56,9 +56,7 @@ def test_ring_allreduce_matches_all_reduce(submission, library, world_size, case
     rtol, atol = tolerance(case.dtype, world_size)
     for rank in range(world_size):
         expected = reference.outputs[rank]
-        assert_matches(
-            result.outputs[rank], expected, f"rank {rank}: returned tensor vs dist.all_reduce", rtol, atol
-        )
+        assert_matches(result.outputs[rank], expected, f"rank {rank}: returned tensor vs dist.all_reduce", rtol, atol)
         assert_matches(
             result.args[rank][0],
             expected,
@@ -77,9 +75,7 @@ def test_ring_allreduce_matches_all_reduce(submission, library, world_size, case
 def test_ring_reduce_scatter_matches_reduce_scatter_tensor(submission, library, world_size, case):
     """Rank r gets chunk r of the sum (chunks by tensor_split), as dist.reduce_scatter_tensor."""
     inputs = [case.tensor("reduce_scatter", world_size, r) for r in range(world_size)]
-    result = submission.function("ring_reduce_scatter").spmd(
-        world_size, [(t,) for t in inputs], return_args=True
-    )
+    result = submission.function("ring_reduce_scatter").spmd(world_size, [(t,) for t in inputs], return_args=True)
     reference = library.spmd("grader.library:reduce_scatter", world_size, [(t,) for t in inputs])
     rtol, atol = tolerance(case.dtype, world_size)
     for rank in range(world_size):

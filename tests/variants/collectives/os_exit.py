@@ -1,4 +1,5 @@
 """ring_allgather ends its process with os._exit(0) on rank 1 only."""
+
 # target: ring.py
 import os
 

@@ -1,4 +1,5 @@
 """ring_allreduce dereferences a null pointer: the worker dies of SIGSEGV."""
+
 # target: ring.py
 import ctypes
 

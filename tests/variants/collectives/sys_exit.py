@@ -1,4 +1,5 @@
 """ring_allreduce calls sys.exit(0) on every rank."""
+
 # target: ring.py
 import sys
 
