@@ -13,6 +13,7 @@ from pathlib import Path
 
 from grader.course import COURSE_ROOT, Course, CourseError, load_course
 from grader.report import FORMATS, render
+from grader.runner import GradingError
 from grader.sync import SyncError, stale, write_stubs
 
 
@@ -156,6 +157,6 @@ def main(argv: list[str] | None = None) -> int:
         if options.command == "list":
             return _list(course)
         return _bench(course, options)
-    except (UsageError, CourseError, SyncError) as error:
+    except (UsageError, CourseError, SyncError, GradingError) as error:
         print(f"grader: {error}", file=sys.stderr)
         return 2

@@ -12,6 +12,8 @@ PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
 class TestResult:
     """The verdict of one graded test. Hidden tests carry a name and a message, never source."""
 
+    __test__ = False  # not a pytest test class, despite its name
+
     module: str
     name: str  # e.g. "test_ring_allreduce_matches_all_reduce[world=3-float32]"
     suite: str  # "public" or "hidden"

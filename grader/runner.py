@@ -13,6 +13,11 @@ import pytest
 from grader.course import Course
 from grader.results import ERROR, FAILED, PASSED, SKIPPED, GradeReport, ModuleResult, TestResult
 
+
+class GradingError(Exception):
+    """Grading could not run at all (as opposed to a submission failing its tests)."""
+
+
 Progress = Callable[[str, int, int], None]  # (event: "collected"/"done", finished, total)
 
 
@@ -121,10 +126,14 @@ def grade(
     collector = _Collector(course, progress)
     code = pytest.main(args, plugins=[collector]) if paths else pytest.ExitCode.NO_TESTS_COLLECTED
 
+    if code == pytest.ExitCode.USAGE_ERROR:
+        raise GradingError("pytest refused the arguments (is the --select expression valid?)")
     report = GradeReport(course.title, str(submission), device)
     report.notes += collector.problems
-    if code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+    if code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR):
         report.notes.append(f"pytest stopped early (exit code {int(code)})")
+    if not collector.results:
+        report.notes.append("no test was run (nothing matched the modules and --select given)")
     for name in modules:
         module = course.module(name)
         result = ModuleResult(name, module.title, module.points)

@@ -13,7 +13,8 @@ from conftest import ROOT, build_variant, run_grader
 from grader.report import render
 from grader.results import GradeReport, ModuleResult, TestResult
 
-SELECT = "allreduce_time or world=2-divisible"  # a quick, mixed slice of public and hidden tests
+# A quick slice of public and hidden tests: with the wrong_shape variant, some pass and some fail.
+SELECT = "allreduce_time_ring or reduce_scatter and divisible-float32"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def _grade(fmt: str, submission: str, tmp_path, env=None) -> str:
         "--out",
         str(out),
         "--select",
-        f"{SELECT} or reduce_scatter and world=2-divisible",
+        SELECT,
         env=env,
     )
     assert completed.returncode == 0, completed.stderr
@@ -42,7 +43,7 @@ def _grade(fmt: str, submission: str, tmp_path, env=None) -> str:
 
 def test_gradescope_results_have_the_documented_fields(half_broken, tmp_path):
     results = json.loads(_grade("gradescope", half_broken, tmp_path))
-    assert isinstance(results["score"], float) and results["tests"]
+    assert isinstance(results["score"], (int, float)) and results["tests"]
     statuses = set()
     for test in results["tests"]:
         assert {"name", "score", "max_score", "status", "output", "visibility", "extra_data"} <= test.keys()
