@@ -61,9 +61,9 @@ def _worker_env(device: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",  # what a rank printed reaches its log even if it then hangs
         TORCH_CPP_LOG_LEVEL="ERROR",
     )
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks are on this machine
     if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels run in the interpreter, on the CPU
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 

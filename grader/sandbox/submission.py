@@ -100,7 +100,6 @@ class Submission:
                 kwargs,
                 file=spec.file,
                 forbidden=spec.forbidden,
-                device=self.device,
                 return_args=return_args,
                 return_result=return_result,
             )
@@ -231,7 +230,6 @@ class Library:
                 kwargs or {},
                 target=target,
                 forbidden=(),
-                device=self.device,
                 return_args=False,
                 return_result=return_result,
             )

@@ -90,13 +90,16 @@ class Worker:
         import torch
 
         torch.set_num_threads(1)
+        # NCCL needs a GPU per rank; a world larger than the machine's GPUs runs on gloo and CPU.
+        gpus = torch.cuda.device_count() if options.device == "cuda" else 0
+        self.on_gpu = gpus > 0 and (not options.store or gpus >= options.world_size)
+        if self.on_gpu:
+            torch.cuda.set_device(options.rank)
         if options.store:
             import torch.distributed as dist
 
-            backend = "nccl" if options.device == "cuda" else "gloo"
-            if options.device == "cuda":
-                torch.cuda.set_device(options.rank % torch.cuda.device_count())
             store = dist.FileStore(options.store, options.world_size)
+            backend = "nccl" if self.on_gpu else "gloo"
             dist.init_process_group(backend, store=store, rank=options.rank, world_size=options.world_size)
 
         from grader.sandbox.guard import Guard
@@ -130,7 +133,7 @@ class Worker:
             self.reply(("error", _classify(error, self.directory)))
             return
         args, kwargs = request["args"], request["kwargs"]
-        if request["device"] == "cuda":  # tests build CPU tensors; the worker owns the device
+        if self.on_gpu:  # tests build CPU tensors; the worker owns the device
             args, kwargs = map_tensors((args, kwargs), lambda t: t.cuda())
         self.reply(("staged",))
         if self.inbox.recv_bytes() != GO:  # cancelled: another rank could not start the call

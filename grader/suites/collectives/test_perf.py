@@ -26,6 +26,8 @@ def _inputs(world_size: int, salt: str) -> list[torch.Tensor]:
 
 
 def _check_bytes(record_property, bytes_sent: list[int], bound: float, what: str) -> None:
+    if not any(bytes_sent):
+        pytest.skip("no bytes were counted: NCCL moves data over NVLink/PCIe, where the kernel does not count it")
     allowed = with_slack(bound)
     record_property("bytes_sent_per_rank", bytes_sent)
     record_property("bytes_bound", int(bound))
