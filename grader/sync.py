@@ -44,11 +44,21 @@ class StubFile:
 
 
 def _enclosing_functions(tree: ast.Module) -> list[tuple[int, int, str]]:
-    """(first line, last line, name) of every function, innermost listed last."""
+    """(first line, last line, name) of every function, innermost listed last; methods are
+    named with their class ("PagedKVCache.append"), so the stub says what to implement."""
     spans = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            spans.append((node.lineno, node.end_lineno or node.lineno, node.name))
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                spans.append((child.lineno, child.end_lineno or child.lineno, prefix + child.name))
+                visit(child, prefix)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
     return sorted(spans, key=lambda span: (span[0], -span[1]))
 
 
@@ -89,7 +99,7 @@ def make_stub(source: str, *, module: Module, origin: str) -> str:
 
 
 def _instruction(module: Module, function: str) -> str:
-    spec = module.functions.get(function)
+    spec = module.functions.get(function) or module.functions.get(function.split(".")[0])
     section = f", section {spec.section.split('.')[0]}" if spec else ""
     return f"implement {function} ({module.lecture}{section})"
 

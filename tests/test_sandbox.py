@@ -8,9 +8,10 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from grader.course import Function, Module
-from grader.sandbox import Submission, SubmissionError
+from grader.sandbox import Saved, Step, Submission, SubmissionError
 from grader.sandbox.guard import ForbiddenCallError, Guard
 from grader.sandbox.protocol import decode_reply, encode_reply
 from grader.sandbox.stacks import where
@@ -30,11 +31,31 @@ def return_numpy():
 
 def shout(text):
     print("hello from the worker:", text)
-    return len(text)
+    return len(str(text))
 
 def spin():
     while True:
         pass
+
+
+def matmul(a, b):
+    return a @ b
+
+
+def add_rows_one_by_one(x):
+    return torch.stack([row + 1 for row in x])
+
+
+class Counter:
+    def __init__(self, start):
+        self.value = start
+
+    def add(self, n):
+        self.value += n
+        return self.value
+
+    def undone(self):
+        raise NotImplementedError("implement Counter.undone")
 """
 
 
@@ -43,7 +64,8 @@ def probe(tmp_path_factory) -> Submission:
     folder = tmp_path_factory.mktemp("submission") / "probe"
     folder.mkdir()
     (folder / "probe.py").write_text(PROBE)
-    names = ["grab_memory", "return_an_object", "return_numpy", "shout", "spin"]
+    names = ["grab_memory", "return_an_object", "return_numpy", "shout", "spin", "matmul", "add_rows_one_by_one"]
+    names.append("Counter")
     module = Module(
         "probe",
         "Probe",
@@ -131,3 +153,34 @@ def test_where_points_at_the_students_line_and_the_library_call(tmp_path):
         "ring.py:4 in ring(): dist.recv(buffer, 0)  [waiting in recv() of torch/distributed/distributed_c10d.py]"
     )
     assert "no Python stack" in where("", Path(tmp_path))
+
+
+def test_a_script_keeps_objects_between_steps_and_calls_their_methods(probe):
+    result = probe.script(
+        [
+            Step("Counter", (10,), save_as="counter", send_back=False),
+            Step("counter.add", (5,)),
+            Step("counter.add", (2,)),
+            Step("shout", (Saved("counter"),)),  # a kept object can be passed as an argument too
+        ]
+    )
+    assert result.steps[0][:3] == [None, 15, 17]
+
+
+def test_a_failing_step_is_named_and_a_method_stub_names_its_class(probe):
+    with pytest.raises(SubmissionError) as raised:
+        probe.script([Step("Counter", (1,), save_as="c", send_back=False), Step("c.undone")])
+    assert raised.value.kind == "not_implemented"
+    assert raised.value.message.startswith("Counter.undone is not implemented yet: implement it in ")
+    with pytest.raises(SubmissionError, match=r"in step 2 of 2 \(Counter.add\)"):
+        probe.script([Step("Counter", (1,), save_as="c", send_back=False), Step("c.add", ("not a number",))])
+
+
+def test_probes_count_flops_and_operators_inside_the_worker(probe):
+    a, b = torch.ones(4, 8), torch.ones(8, 16)
+    flops = probe.function("matmul").run((a, b), measure=("flops", "largest")).measurements[0][0]
+    assert flops["flops"] == 2 * 4 * 8 * 16 and flops["largest"] == 4 * 16
+    loop = probe.function("add_rows_one_by_one")
+    small = loop.run((torch.ones(4, 3),), measure=("ops",)).measurements[0][0]["ops"]
+    large = loop.run((torch.ones(32, 3),), measure=("ops",)).measurements[0][0]["ops"]
+    assert large > small, "a Python loop over rows does more operator calls for more rows"

@@ -73,3 +73,9 @@ def test_generated_stubs_import_cleanly():
     for stub in stubs(load_course()):
         compile(stub.text, str(stub.target), "exec")
     assert (ROOT / "assignments" / "collectives" / "ring.py").is_file()
+
+
+def test_a_fenced_method_is_named_with_its_class():
+    module = load_course().module("collectives")
+    source = "class Cache:\n    def append(self, k):\n        ### BEGIN SOLUTION\n        return k\n        ### END SOLUTION\n"
+    assert 'raise NotImplementedError("implement Cache.append' in make_stub(source, module=module, origin="x.py")

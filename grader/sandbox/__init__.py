@@ -6,6 +6,8 @@ and the grader measures time and bytes sent from outside, then decides.
 """
 
 from grader.sandbox.errors import SubmissionError
-from grader.sandbox.submission import CallResult, Library, RemoteFunction, Submission
+from grader.sandbox.pool import CallResult
+from grader.sandbox.script import Saved, Step
+from grader.sandbox.submission import Library, RemoteFunction, Submission
 
-__all__ = ["CallResult", "Library", "RemoteFunction", "Submission", "SubmissionError"]
+__all__ = ["CallResult", "Library", "RemoteFunction", "Saved", "Step", "Submission", "SubmissionError"]

@@ -16,6 +16,7 @@ class SubmissionError(Exception):
         self.function = function
         self.exception_type = exception_type  # for kind "exception": e.g. "ValueError"
         self.printed: list[str] = []  # what each rank printed during the failed call
+        self.step: int | None = None  # which step of a script failed, when one did
 
     @property
     def message(self) -> str:

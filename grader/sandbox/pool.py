@@ -40,16 +40,22 @@ CANCEL = b"cancel"
 class CallResult:
     """What a call returned on every rank, and what the grader measured around it."""
 
-    outputs: list[Any]
-    args: list[list[Any]] | None
+    steps: list[list[Any]]  # per rank, the result of every step of the script
+    args: list[list[Any]] | None  # per rank, the last step's arguments after it ran
     seconds: float  # wall time in the grader, from GO to the last rank's reply
-    rank_seconds: list[float]  # each rank's own time for the function (informational)
+    rank_seconds: list[float]  # each rank's own time for the script (informational)
     bytes_sent: list[int]  # bytes each rank wrote to sockets/files during the call
     printed: list[str] = field(default_factory=list)
+    measurements: list[list[dict[str, Any]]] = field(default_factory=list)  # per rank, per step
+
+    @property
+    def outputs(self) -> list[Any]:
+        """Per rank, what the first step returned (for a plain call: its return value)."""
+        return [steps[0] for steps in self.steps]
 
     @property
     def output(self) -> Any:
-        return self.outputs[0]
+        return self.steps[0][0]
 
 
 def _worker_env(device: str) -> dict[str, str]:
@@ -278,13 +284,15 @@ class World:
             # wrote a byte is certainly clean enough to keep.
             keep = not dead and len(replies) == self.size and not any(bytes_sent)
             self._fail(function, "", dead, replies, errors, time_limit, printed, keep)
+        messages = [replies[r][0] for r in range(self.size)]
         return CallResult(
-            outputs=[replies[r][0][1] for r in range(self.size)],
-            args=None if replies[0][0][2] is None else [replies[r][0][2] for r in range(self.size)],
+            steps=[m[1] for m in messages],
+            args=None if messages[0][2] is None else [m[2] for m in messages],
             seconds=seconds,
-            rank_seconds=[float(replies[r][0][3]) for r in range(self.size)],
+            rank_seconds=[float(m[3]) for m in messages],
             bytes_sent=[max(0, b) for b in bytes_sent],
             printed=printed,
+            measurements=[m[4] for m in messages],
         )
 
     def _fail(
@@ -306,7 +314,7 @@ class World:
         if hung or dead:
             time.sleep(STACK_DUMP_WAIT_S)
         lines: list[str] = []
-        exception_type = ""
+        exception_type, step = "", None
         if dead:
             kind = "crash"
             for worker in dead:
@@ -317,7 +325,7 @@ class World:
         elif errors:
             first = min(errors)
             kind = errors[first]["kind"]
-            exception_type = errors[first].get("type", "")
+            exception_type, step = errors[first].get("type", ""), errors[first].get("step")
             same = [r for r, e in errors.items() if e["message"] == errors[first]["message"]]
             who = "every rank" if len(same) == self.size > 1 else label(first).rstrip(": ")
             message = errors[first]["message"]
@@ -343,6 +351,7 @@ class World:
             self.close()
         error = SubmissionError(kind, function, "\n".join(lines), exception_type)
         error.printed = printed or []
+        error.step = step
         raise error
 
     def close(self) -> None:

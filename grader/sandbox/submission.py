@@ -3,7 +3,9 @@
     ring_allreduce = submission.function("ring_allreduce")
     result = ring_allreduce.spmd(world_size=4, args_per_rank=[(t,) for t in tensors])
     reference = library.spmd("grader.library:all_reduce", 4, [(t,) for t in tensors])
+    result = submission.script([Step("PagedKVCache", (...), save_as="cache"), Step("cache.gather", (0, 0))])
 
+Every call is a script of steps (grader/sandbox/script.py); a plain call is a script of one.
 Worlds are pooled by size, so process start-up is paid once per module and world size; a world
 that hung or crashed is replaced by a fresh one on the next call.
 """
@@ -16,9 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.course import Module
+from grader.course import Function, Module
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.pool import CallResult, World
+from grader.sandbox.script import Step
 
 
 def _shown(path: Path) -> str:
@@ -48,8 +51,18 @@ class _Worlds:
         self._worlds.clear()
 
 
-def _request(function: str, args: Sequence[Any], kwargs: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    return {"op": "call", "function": function, "args": tuple(args), "kwargs": dict(kwargs), **fields}
+def _step_message(step: Step, spec: Function | None, target: str) -> dict[str, Any]:
+    return {
+        "target": step.target,
+        "file": spec.file if spec else None,
+        "args": tuple(step.args),
+        "kwargs": dict(step.kwargs),
+        "save_as": step.save_as,
+        "send_back": step.send_back,
+        "measure": tuple(step.measure),
+        "forbidden": spec.forbidden if spec else (),
+        "shown_as": target,
+    }
 
 
 class Submission:
@@ -70,71 +83,99 @@ class Submission:
         self.echo = echo
         self.time_limit_s = time_limit_s if time_limit_s is not None else module.time_limit_s
         forbidden = tuple(sorted({n for f in module.functions.values() for n in f.forbidden}))
-        memory = module.memory_limit_mb
-        self._worlds = _Worlds(self.directory, device, memory, forbidden)
+        self._worlds = _Worlds(self.directory, device, module.memory_limit_mb, forbidden)
         # (function, world size) -> why it is not run again: a call that hung or crashed once
         # is not retried at that world size, which keeps the grading time of a broken
         # submission bounded by (functions x world sizes) time limits.
         self._broken: dict[tuple[str, int], SubmissionError] = {}
 
     def function(self, name: str) -> RemoteFunction:
+        self.module.function(name)  # an unknown name is the test's mistake: fail now
         return RemoteFunction(self, name)
+
+    def script(self, steps: list[Step], *, return_args: bool = False, time_limit_s: float | None = None) -> CallResult:
+        """Run `steps` in order in one worker; result.steps[0] holds each step's result."""
+        return self.run([steps], distributed=False, return_args=return_args, time_limit_s=time_limit_s)
+
+    def script_spmd(
+        self,
+        world_size: int,
+        steps_per_rank: Sequence[list[Step]],
+        *,
+        return_args: bool = False,
+        time_limit_s: float | None = None,
+    ) -> CallResult:
+        """Run each rank's steps on a world of `world_size` processes at once."""
+        if len(steps_per_rank) != world_size:
+            raise ValueError(f"{len(steps_per_rank)} scripts for {world_size} ranks")
+        return self.run(steps_per_rank, distributed=True, return_args=return_args, time_limit_s=time_limit_s)
+
+    def _resolve(self, steps: list[Step]) -> list[dict[str, Any]]:
+        """Each step with its file and refused calls; a method inherits them from its class."""
+        kept: dict[str, str] = {}  # saved name -> the function or class that made it
+        messages = []
+        for step in steps:
+            receiver = step.receiver
+            if receiver is not None and receiver in kept:
+                owner = kept[receiver]
+                spec, shown = self.module.function(owner), f"{owner}.{step.target.partition('.')[2]}"
+            else:
+                spec, shown = self.module.function(step.target), step.target
+            if step.save_as:
+                kept[step.save_as] = spec.name
+            messages.append(_step_message(step, spec, shown))
+        return messages
 
     def run(
         self,
-        name: str,
-        requests_args: list[tuple[Sequence[Any], dict[str, Any]]],
+        steps_per_rank: Sequence[list[Step]],
         *,
         distributed: bool,
-        return_args: bool,
-        return_result: bool,
-        time_limit_s: float | None,
+        return_args: bool = False,
+        time_limit_s: float | None = None,
     ) -> CallResult:
-        spec = self.module.function(name)
         if not self.directory.is_dir():
+            name = steps_per_rank[0][0].target
             raise SubmissionError("import", name, f"the submission has no folder {_shown(self.directory)}")
-        requests = [
-            _request(
-                name,
-                args,
-                kwargs,
-                file=spec.file,
-                forbidden=spec.forbidden,
-                return_args=return_args,
-                return_result=return_result,
-            )
-            for args, kwargs in requests_args
-        ]
-        key = (name, len(requests))
+        resolved = [self._resolve(steps) for steps in steps_per_rank]
+        first = resolved[0][0]["shown_as"]
+        key = (first, len(resolved))
         if key in self._broken:
             raise self._broken[key]
+        requests = [{"op": "call", "steps": steps, "return_args": return_args} for steps in resolved]
         world = self._worlds.get(len(requests), distributed)
         limit = time_limit_s if time_limit_s is not None else self.time_limit_s
         try:
-            result = world.call(requests, limit, name)
+            result = world.call(requests, limit, first)
         except SubmissionError as error:
             if error.kind in ("timeout", "crash"):
                 verb = "hung" if error.kind == "timeout" else "crashed"
                 where = f" at world size {len(requests)}" if distributed else ""
-                message = f"not run: {name} {verb}{where} earlier in this run (see the first failure)"
-                self._broken[key] = SubmissionError(error.kind, name, message)
+                message = f"not run: {first} {verb}{where} earlier in this run (see the first failure)"
+                self._broken[key] = SubmissionError(error.kind, first, message)
             if self.echo:
                 self._echo(error.printed)
-            raise self._explain(error, spec.file, spec.section) from None
+            raise self._explain(error, resolved[0]) from None
         if self.echo:
             self._echo(result.printed)
         return result
 
-    def _explain(self, error: SubmissionError, file: str, section: str) -> SubmissionError:
-        """Rewrite a not-implemented error into the instruction the student needs."""
+    def _explain(self, error: SubmissionError, steps: list[dict[str, Any]]) -> SubmissionError:
+        """Name the step that failed, and turn not-implemented into the instruction to follow."""
+        step = steps[error.step] if error.step is not None and error.step < len(steps) else steps[0]
+        shown = step["shown_as"]
         if error.kind != "not_implemented":
+            if len(steps) > 1 and error.step is not None:
+                message = f"in step {error.step + 1} of {len(steps)} ({shown}): {error.message}"
+                return SubmissionError(error.kind, shown, message, error.exception_type)
             return error
-        path = _shown(self.directory / file)
+        owner = shown.split(".")[0]
+        spec = self.module.functions.get(owner) or self.module.function(steps[0]["shown_as"].split(".")[0])
         message = (
-            f"{error.function} is not implemented yet: implement it in {path} "
-            f"(see {self.module.lecture}, section {section})"
+            f"{shown} is not implemented yet: implement it in {_shown(self.directory / spec.file)} "
+            f"(see {self.module.lecture}, section {spec.section})"
         )
-        return SubmissionError("not_implemented", error.function, message)
+        return SubmissionError("not_implemented", shown, message)
 
     def _echo(self, printed: list[str]) -> None:
         for rank, text in enumerate(printed):
@@ -152,7 +193,7 @@ class Submission:
 
 
 class RemoteFunction:
-    """A student's function, callable from tests as if it were local."""
+    """A student's function (or class), callable from tests as if it were local."""
 
     def __init__(self, submission: Submission, name: str) -> None:
         self.submission = submission
@@ -168,17 +209,12 @@ class RemoteFunction:
         *,
         return_args: bool = False,
         return_result: bool = True,
+        measure: tuple[str, ...] = (),
         time_limit_s: float | None = None,
     ) -> CallResult:
         """One call in a single worker process (no process group)."""
-        return self.submission.run(
-            self.name,
-            [(args, kwargs or {})],
-            distributed=False,
-            return_args=return_args,
-            return_result=return_result,
-            time_limit_s=time_limit_s,
-        )
+        step = Step(self.name, tuple(args), kwargs or {}, send_back=return_result, measure=measure)
+        return self.submission.run([[step]], distributed=False, return_args=return_args, time_limit_s=time_limit_s)
 
     def spmd(
         self,
@@ -188,19 +224,17 @@ class RemoteFunction:
         *,
         return_args: bool = False,
         return_result: bool = True,
+        measure: tuple[str, ...] = (),
         time_limit_s: float | None = None,
     ) -> CallResult:
         """The same function on every rank of a world of `world_size` processes at once."""
         if len(args_per_rank) != world_size:
             raise ValueError(f"{len(args_per_rank)} argument tuples for {world_size} ranks")
-        return self.submission.run(
-            self.name,
-            [(args, kwargs or {}) for args in args_per_rank],
-            distributed=True,
-            return_args=return_args,
-            return_result=return_result,
-            time_limit_s=time_limit_s,
-        )
+        steps = [
+            [Step(self.name, tuple(args), kwargs or {}, send_back=return_result, measure=measure)]
+            for args in args_per_rank
+        ]
+        return self.submission.run(steps, distributed=True, return_args=return_args, time_limit_s=time_limit_s)
 
 
 class Library:
@@ -223,20 +257,9 @@ class Library:
         *,
         return_result: bool = True,
     ) -> CallResult:
-        requests = [
-            _request(
-                target,
-                args,
-                kwargs or {},
-                target=target,
-                forbidden=(),
-                return_args=False,
-                return_result=return_result,
-            )
-            for args in args_per_rank
-        ]
-        world = self._worlds.get(world_size, True)
-        return world.call(requests, self.time_limit_s, target)
+        steps = [Step(target, tuple(args), kwargs or {}, send_back=return_result) for args in args_per_rank]
+        requests = [{"op": "call", "steps": [_step_message(s, None, target)], "return_args": False} for s in steps]
+        return self._worlds.get(world_size, True).call(requests, self.time_limit_s, target)
 
     def close(self) -> None:
         self._worlds.close()

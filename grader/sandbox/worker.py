@@ -116,49 +116,66 @@ class Worker:
         sys.stderr.flush()
         self.outbox.send_bytes(encode_reply(message))
 
-    def resolve(self, request: dict[str, Any]) -> Any:
+    def resolve(self, step: dict[str, Any], saved: dict[str, Any]) -> Any:
+        """The callable a step names: a method of a kept value, a name in the student's file,
+        or (in a trusted worker) a "package.module:function" import path."""
+        receiver, dot, method = step["target"].partition(".")
+        if dot and receiver in saved:
+            return getattr(saved[receiver], method)
         if self.loader is not None:
-            return self.loader.function(request["file"], request["function"])
+            return self.loader.function(step["file"], step["target"])
         import importlib
 
-        module, _, name = request["target"].partition(":")
+        module, _, name = step["target"].partition(":")
         return getattr(importlib.import_module(module), name)
 
     def run(self, request: dict[str, Any]) -> None:
+        from grader.sandbox.probes import measuring
         from grader.sandbox.protocol import GO, is_plain, map_tensors, to_grader
+        from grader.sandbox.script import substitute
 
-        try:
-            function = self.resolve(request)
+        steps = request["steps"]
+        if self.on_gpu:  # tests build CPU tensors; the worker owns the device
+            steps = map_tensors(steps, lambda t: t.cuda())
+        try:  # import the student's files before the clock starts
+            for step in steps:
+                if "." not in step["target"]:
+                    self.resolve(step, {})
         except BaseException as error:
             self.reply(("error", _classify(error, self.directory)))
             return
-        args, kwargs = request["args"], request["kwargs"]
-        if self.on_gpu:  # tests build CPU tensors; the worker owns the device
-            args, kwargs = map_tensors((args, kwargs), lambda t: t.cuda())
         self.reply(("staged",))
         if self.inbox.recv_bytes() != GO:  # cancelled: another rank could not start the call
             self.reply(("cancelled",))
             return
 
+        saved: dict[str, Any] = {}
+        results, figures = [], []
         start = self.clock()
-        try:
-            with self.guard.refusing(request["forbidden"], request["function"]):
-                result = function(*args, **kwargs)
-            if self.guard.attempts:
-                raise _refused(self.guard.attempts[0], request["function"])
-        except BaseException as error:
-            self.reply(("error", _classify(error, self.directory)))
-            return
+        for index, step in enumerate(steps):
+            try:
+                function = self.resolve(step, saved)
+                args, kwargs = substitute((step["args"], step["kwargs"]), saved)
+                with self.guard.refusing(step["forbidden"], step["target"]), measuring(step["measure"]) as measured:
+                    result = function(*args, **kwargs)
+                if self.guard.attempts:
+                    raise _refused(self.guard.attempts[0], step["target"])
+            except BaseException as error:
+                self.reply(("error", {**_classify(error, self.directory), "step": index}))
+                return
+            if step["save_as"]:
+                saved[step["save_as"]] = result
+            results.append(to_grader(result) if step["send_back"] else None)
+            figures.append(measured)
         seconds = self.clock() - start
 
-        result = to_grader(result) if request["return_result"] else None
-        if not is_plain(result):
-            kind = type(result).__name__
+        if not is_plain(results):
+            kind = next(type(r).__name__ for r in results if not is_plain(r))
             message = f"returned a {kind}; return tensors, numbers, or lists/tuples/dicts of them"
             self.reply(("error", {"kind": "bad_return", "message": message}))
             return
         returned_args = to_grader(list(args)) if request["return_args"] else None
-        self.reply(("ok", result, returned_args, seconds))
+        self.reply(("ok", results, returned_args, seconds, figures))
 
     def serve(self) -> None:
         from grader.sandbox.protocol import receive_request
