@@ -238,15 +238,31 @@ class RemoteFunction:
 
 
 class Library:
-    """Trusted worlds that never import a submission: references from the real libraries.
+    """Trusted workers that never import a submission: references from the real libraries.
 
-    Targets are "package.module:function" import paths, e.g. "grader.library:all_reduce".
+    Targets are "package.module:function" import paths, e.g. "grader.library:all_reduce", or a
+    reference written in a hidden suite ("grader.suites.moe.reference:forward"). `run` uses one
+    worker without a process group (to time a reference the same way a submission is timed);
+    `spmd` a world of ranks.
     """
 
     def __init__(self, device: str = "cpu", time_limit_s: float = 60.0) -> None:
         self.device = device
         self.time_limit_s = time_limit_s
         self._worlds = _Worlds(None, device, 0, ())
+
+    def run(
+        self,
+        target: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        return_result: bool = True,
+        measure: tuple[str, ...] = (),
+    ) -> CallResult:
+        step = Step(target, tuple(args), kwargs or {}, send_back=return_result, measure=measure)
+        request = {"op": "call", "steps": [_step_message(step, None, target)], "return_args": False}
+        return self._worlds.get(1, False).call([request], self.time_limit_s, target)
 
     def spmd(
         self,

@@ -2,8 +2,8 @@
 
 Everything here runs beside untrusted code, so nothing here decides a grade: the worker only
 runs the function and hands back what it returned. The grader measures time and bytes from its
-own process. Start-up order matters: limits, stack dumps and the guard come before any student
-code is imported.
+own process. Start-up order matters: limits, stack dumps, the guard and the probes are in place
+before any student code is imported.
 
 A call is staged in two messages so that every rank starts together: the request (function and
 arguments) is answered with "staged"; the grader then sends GO to every rank and times from there.
@@ -21,6 +21,15 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from grader.sandbox.guard import ForbiddenCallError, Guard
+from grader.sandbox.loader import LoadError, SubmissionLoader, student_traceback
+from grader.sandbox.probes import measuring
+from grader.sandbox.protocol import GO, encode_reply, is_plain, map_tensors, receive_request, to_grader
+from grader.sandbox.script import substitute
 
 
 def _parse() -> argparse.Namespace:
@@ -61,8 +70,6 @@ def _debugger_on_tty() -> None:
 
 
 def _classify(error: BaseException, directory: Path | None) -> dict[str, str]:
-    from grader.sandbox.guard import ForbiddenCallError
-    from grader.sandbox.loader import LoadError, student_traceback
 
     if isinstance(error, LoadError):
         return {"kind": error.kind, "message": str(error)}
@@ -87,8 +94,6 @@ class Worker:
         self.outbox = Connection(options.fd_out, readable=False)
         self.clock = time.perf_counter  # captured before any student import
 
-        import torch
-
         torch.set_num_threads(1)
         # NCCL needs a GPU per rank; a world larger than the machine's GPUs runs on gloo and CPU.
         gpus = torch.cuda.device_count() if options.device == "cuda" else 0
@@ -96,22 +101,15 @@ class Worker:
         if self.on_gpu:
             torch.cuda.set_device(options.rank)
         if options.store:
-            import torch.distributed as dist
-
             store = dist.FileStore(options.store, options.world_size)
             backend = "nccl" if self.on_gpu else "gloo"
             dist.init_process_group(backend, store=store, rank=options.rank, world_size=options.world_size)
-
-        from grader.sandbox.guard import Guard
-        from grader.sandbox.loader import SubmissionLoader
 
         self.guard = Guard(filter(None, options.forbidden.split(",")))
         self.directory = Path(options.submission).resolve() if options.submission else None
         self.loader = SubmissionLoader(self.directory) if self.directory else None
 
     def reply(self, message: Any) -> None:
-        from grader.sandbox.protocol import encode_reply
-
         sys.stdout.flush()
         sys.stderr.flush()
         self.outbox.send_bytes(encode_reply(message))
@@ -130,10 +128,6 @@ class Worker:
         return getattr(importlib.import_module(module), name)
 
     def run(self, request: dict[str, Any]) -> None:
-        from grader.sandbox.probes import measuring
-        from grader.sandbox.protocol import GO, is_plain, map_tensors, to_grader
-        from grader.sandbox.script import substitute
-
         steps = request["steps"]
         if self.on_gpu:  # tests build CPU tensors; the worker owns the device
             steps = map_tensors(steps, lambda t: t.cuda())
@@ -178,8 +172,6 @@ class Worker:
         self.reply(("ok", results, returned_args, seconds, figures))
 
     def serve(self) -> None:
-        from grader.sandbox.protocol import receive_request
-
         self.reply(("ready", os.getpid()))
         while True:
             try:
@@ -192,8 +184,6 @@ class Worker:
 
 
 def _refused(name: str, function: str) -> BaseException:
-    from grader.sandbox.guard import ForbiddenCallError
-
     return ForbiddenCallError(
         f"{function} called {name} (and caught the refusal): the exercise is to build it yourself"
     )
@@ -207,11 +197,8 @@ def main() -> None:
     faulthandler.register(signal.SIGUSR1, stacks, all_threads=True)
     _debugger_on_tty()
     Worker(options).serve()
-    if options.store:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    if options.store and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
