@@ -12,8 +12,11 @@ from grader.perf import allreduce_bytes_bound, with_slack
 NBYTES = 16 * 2**20
 
 
-def test_reference_meets_the_bytes_bound_and_the_counter_is_not_blind(solutions_results):
+def test_reference_meets_the_bytes_bounds_and_the_counter_is_not_blind(solutions_results):
     tests = by_name(solutions_results)
+    for name in ("test_ring_reduce_scatter_sends_at_most_its_share", "test_ring_allgather_sends_at_most_its_share"):
+        sent, bound = tests[name]["extra_data"]["bytes_sent_per_rank"], tests[name]["extra_data"]["bytes_bound"]
+        assert all(bound <= b <= with_slack(bound) for b in sent), f"{name}: counted {sent}, bound {bound}"
     for p in (3, 4):
         test = tests[f"test_ring_allreduce_sends_at_most_the_bandwidth_bound[{p}]"]
         assert test["status"] == "passed", test["output"]
@@ -54,8 +57,17 @@ def test_small_messages_are_correct_but_fail_the_time_ratio(tmp_path):
     assert "x gloo's all_reduce" in timed["output"]
 
 
-@pytest.mark.parametrize("variant", ["gather_to_root", "small_messages"])
-def test_wasteful_variants_exist(variant):
-    from conftest import VARIANTS
-
-    assert (VARIANTS / "collectives" / f"{variant}.py").is_file()
+@pytest.mark.parametrize(
+    ("variant", "function", "bytes_test"),
+    [
+        ("reduce_scatter_via_allreduce", "reduce_scatter", "test_ring_reduce_scatter_sends_at_most_its_share"),
+        ("allgather_via_root", "allgather", "test_ring_allgather_sends_at_most_its_share"),
+    ],
+)
+def test_wasteful_reduce_scatter_and_allgather_fail_their_bytes_bound(variant, function, bytes_test, tmp_path):
+    submission = build_variant("collectives", variant, tmp_path / "submission")
+    select = f"test_ring_{function} and divisible-float32 or {bytes_test}"
+    tests = by_name(grade_json(submission, "collectives", "--select", select, out=tmp_path / "r.json"))
+    checked = tests.pop(bytes_test)
+    assert all(t["status"] == "passed" for t in tests.values()), "the variant must be correct"
+    assert checked["status"] == "failed" and "sent" in checked["output"], checked["output"]

@@ -77,5 +77,8 @@ def test_generated_stubs_import_cleanly():
 
 def test_a_fenced_method_is_named_with_its_class():
     module = load_course().module("collectives")
-    source = "class Cache:\n    def append(self, k):\n        ### BEGIN SOLUTION\n        return k\n        ### END SOLUTION\n"
+    source = (
+        "class Cache:\n    def append(self, k):\n"
+        "        ### BEGIN SOLUTION\n        return k\n        ### END SOLUTION\n"
+    )
     assert 'raise NotImplementedError("implement Cache.append' in make_stub(source, module=module, origin="x.py")
