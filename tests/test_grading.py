@@ -57,7 +57,8 @@ def test_text_scoreboard_for_a_fresh_clone_is_a_table_not_a_traceback():
 def test_unknown_module_is_a_one_line_error_with_status_2():
     completed = run_grader("grade", "no_such_module")
     assert completed.returncode == 2
-    assert completed.stderr.strip() == "grader: unknown module 'no_such_module' (modules: collectives)"
+    modules = ", ".join(load_course().modules)
+    assert completed.stderr.strip() == f"grader: unknown module 'no_such_module' (modules: {modules})"
 
 
 def test_missing_submission_folder_is_a_one_line_error_with_status_2():
