@@ -3,6 +3,8 @@ function to implement and its file; the CLI's exit status and messages."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import ROOT, by_name, run_grader
 
@@ -29,7 +31,8 @@ def test_stubs_score_zero_and_name_the_function_and_file(stubs_results):
         assert test["status"] == "failed", test["name"]
         assert test["extra_data"]["kind"] == "not_implemented", f"{test['name']}: {test['output']}"
         module = course.module(test["name"].split(":")[0])
-        named = [f for f in module.functions.values() if f"{f.name} is not implemented yet" in test["output"]]
+        pattern = r"\b{}(\.\w+)? is not implemented yet"
+        named = [f for f in module.functions.values() if re.search(pattern.format(f.name), test["output"])]
         assert named, f"{test['name']} does not name a function: {test['output']}"
         assert f"implement it in assignments/{module.name}/{named[0].file}" in test["output"], test["output"]
 
