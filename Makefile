@@ -24,7 +24,7 @@ grade: $(STAMP)  ## score assignments/ (your working copy)
 	@$(BIN)/python -m grader grade $(ARGS)
 
 test: $(STAMP)  ## the project's own tests
-	@$(BIN)/python -m pytest tests -q $(ARGS)
+	@$(BIN)/python -m pytest tests -q --durations=10 $(ARGS)
 
 lab: $(STAMP)  ## JupyterLab on the course
 	@$(BIN)/jupyter lab --notebook-dir=. $(ARGS)
