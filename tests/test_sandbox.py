@@ -42,6 +42,14 @@ def matmul(a, b):
     return a @ b
 
 
+def uses_an_unwritten_helper():
+    return helper_to_write()
+
+
+def helper_to_write():
+    raise NotImplementedError("implement helper_to_write (lectures/probe.md, section 1)")
+
+
 def add_rows_one_by_one(x):
     return torch.stack([row + 1 for row in x])
 
@@ -65,7 +73,7 @@ def probe(tmp_path_factory) -> Submission:
     folder.mkdir()
     (folder / "probe.py").write_text(PROBE)
     names = ["grab_memory", "return_an_object", "return_numpy", "shout", "spin", "matmul", "add_rows_one_by_one"]
-    names.append("Counter")
+    names += ["Counter", "uses_an_unwritten_helper", "helper_to_write"]
     module = Module(
         "probe",
         "Probe",
@@ -184,3 +192,9 @@ def test_probes_count_flops_and_operators_inside_the_worker(probe):
     small = loop.run((torch.ones(4, 3),), measure=("ops",)).measurements[0][0]["ops"]
     large = loop.run((torch.ones(32, 3),), measure=("ops",)).measurements[0][0]["ops"]
     assert large > small, "a Python loop over rows does more operator calls for more rows"
+
+
+def test_not_implemented_names_the_missing_function_even_when_called_indirectly(probe):
+    with pytest.raises(SubmissionError) as raised:
+        probe.function("uses_an_unwritten_helper")()
+    assert raised.value.message.startswith("helper_to_write is not implemented yet: implement it in ")

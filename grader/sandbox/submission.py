@@ -13,6 +13,7 @@ that hung or crashed is replaced by a fresh one on the next call.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -169,6 +170,11 @@ class Submission:
                 message = f"in step {error.step + 1} of {len(steps)} ({shown}): {error.message}"
                 return SubmissionError(error.kind, shown, message, error.exception_type)
             return error
+        # The stub's own message names the function that is missing, which may be one the
+        # called function uses ("implement dispatch (...)" raised inside MoELayer.forward).
+        named = re.search(r"implement ([\w.]+) \(", error.message)
+        if named and named.group(1).split(".")[0] in self.module.functions:
+            shown = named.group(1)
         owner = shown.split(".")[0]
         spec = self.module.functions.get(owner) or self.module.function(steps[0]["shown_as"].split(".")[0])
         message = (
