@@ -1,0 +1,88 @@
+# Your working copy: replace every `raise NotImplementedError` with your implementation.
+# (Generated from the course's reference by `python -m grader sync`.)
+"""Expert parallelism: the experts of one layer split across ranks (lecture 04, section 6).
+
+With p ranks and E experts (E divisible by p), rank r owns the experts
+r*E/p ... (r+1)*E/p - 1. Every rank holds the whole router and the shared experts, and its own
+batch of tokens. A forward pass is:
+
+    route locally -> all-to-all: send each choice's token to the rank owning its expert
+    -> the owner runs its experts -> all-to-all back -> weight and sum at the token's rank
+
+Only dropless layers (capacity_factor=None) are sharded here: the output of a token then
+depends on that token alone, so p ranks give exactly what one process gives on all tokens.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+from layer import MoELayer, swiglu_experts
+from routing import combine, dispatch, topk_route
+from torch import nn
+
+
+def shard_experts(layer: MoELayer, group: dist.ProcessGroup | None = None) -> MoELayer:
+    """Given: a copy of `layer` that keeps only this rank's routed experts.
+
+    The copy's w_gate, w_up and w_down hold experts first_expert ... first_expert + E/p - 1
+    (new parameters: gradients stay on the owning rank); `first_expert` and
+    `num_local_experts` are set on it; the router and shared experts are copied whole.
+    """
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    if layer.num_experts % world_size:
+        raise ValueError(f"{layer.num_experts} experts cannot be split evenly over {world_size} ranks")
+    if layer.capacity_factor is not None:
+        raise ValueError("expert parallelism here is dropless: build the layer with capacity_factor=None")
+    shard = copy.deepcopy(layer)
+    shard.num_local_experts = layer.num_experts // world_size
+    shard.first_expert = rank * shard.num_local_experts
+    local = slice(shard.first_expert, shard.first_expert + shard.num_local_experts)
+    for name in ("w_gate", "w_up", "w_down"):
+        setattr(shard, name, nn.Parameter(getattr(layer, name).detach()[local].clone()))
+    return shard
+
+
+# (Write any helper functions you need here.)
+
+
+def expert_parallel_forward(
+    layer_shard: MoELayer, x: torch.Tensor, group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
+    """The output of the whole (dropless) MoE layer for this rank's tokens x (..., d_model).
+
+    layer_shard comes from shard_experts. Build the exchange yourself on
+    dist.all_to_all_single with uneven split sizes (it has no autograd: wrap it in a
+    torch.autograd.Function whose backward runs the reverse exchange):
+
+    1. route x with the router (topk_route); order the T*k choices by expert, so that the
+       choices for rank 0's experts come first, then rank 1's, ...
+    2. exchange how many choices go to each (rank, local expert), then the token rows: a
+       rank sends only the rows of choices whose expert lives elsewhere, each row once per
+       such choice, and keeps its local ones (the all-to-all copies a rank's own split
+       without the network);
+    3. run the local experts on what arrived (swiglu_experts over buffers, as MoELayer does);
+    4. send the outputs back with the reverse exchange, weight them and sum per token, and add
+       the shared experts.
+
+    Returns y with x's shape. Gradients flow to x, the router, the local experts and the shared
+    experts, as they would in MoELayer on all ranks' tokens together.
+    """
+    raise NotImplementedError("implement expert_parallel_forward (lectures/04-mixture-of-experts.md, section 6)")
+
+
+def expert_parallel_forward_backward(
+    layer_shard: MoELayer, x: torch.Tensor, grad_output: torch.Tensor, group: dist.ProcessGroup | None = None
+) -> dict[str, object]:
+    """Given (the grader calls it): expert_parallel_forward, then backward of sum(y * grad_output).
+
+    Returns {"y": y, "x_grad": dL/dx, "grads": {parameter name: dL/dparameter on this rank}}.
+    """
+    layer_shard.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_(True)
+    y = expert_parallel_forward(layer_shard, x, group)
+    (y * grad_output).sum().backward()
+    grads = {name: p.grad if p.grad is not None else torch.zeros_like(p) for name, p in layer_shard.named_parameters()}
+    return {"y": y.detach(), "x_grad": x.grad, "grads": grads}
