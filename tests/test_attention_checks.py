@@ -1,0 +1,68 @@
+"""The attention module's checks, both ways: the reference passes the counted-memory check of
+flash_attention_torch (and the probe sees at least the inputs, so it is not blind); wasteful
+variants that are still correct fail it; calling SDPA inside the exercise is refused.
+
+GPU timing checks (grader/suites/attention/test_attention_gpu.py) need `--device cuda` and are
+not proved here."""
+
+from __future__ import annotations
+
+from conftest import ROOT, build_variant, by_name, grade_json
+
+MEMORY = "test_flash_attention_torch_never_materialises_the_score_matrix"
+CASES = {  # parametrization id -> (B*H*N*d of the inputs, B*H*Nq*Nk of the scores, B*H*64*Nk of a tile row)
+    "mha-full-q1024-k1024-d16-float32": (2 * 1024 * 16, 2 * 1024 * 1024, 2 * 64 * 1024),
+    "mqa-causal-q512-k512-d16-float32": (4 * 512 * 16, 4 * 512 * 512, 4 * 64 * 512),
+}
+CORRECT = "test_flash_attention_torch_forward_and_lse or test_flash_attention_torch_gradients"
+
+
+def _memory_tests(tests: dict) -> dict[str, dict]:
+    return {name.split("[")[1].rstrip("]"): test for name, test in tests.items() if name.startswith(MEMORY)}
+
+
+def test_reference_passes_the_memory_check_and_the_probe_counts_the_inputs(tmp_path):
+    results = grade_json(ROOT / "solutions", "attention", "--select", "never_materialises", out=tmp_path / "r.json")
+    memory = _memory_tests(by_name(results))
+    assert set(memory) == set(CASES)
+    for case, test in memory.items():
+        assert test["status"] == "passed", test["output"]
+        inputs, scores, _ = CASES[case]
+        assert inputs <= test["extra_data"]["largest_elements"] <= test["extra_data"]["allowed_elements"] < scores
+
+
+def _grade_variant(variant: str, tmp_path) -> dict[str, dict]:
+    submission = build_variant("attention", variant, tmp_path / "submission")
+    select = f"never_materialises or {CORRECT}"
+    return by_name(grade_json(submission, "attention", "--select", select, out=tmp_path / "r.json"))
+
+
+def test_materialising_flash_is_correct_but_fails_the_memory_check(tmp_path):
+    tests = _grade_variant("materialising_flash", tmp_path)
+    correct = {name: t for name, t in tests.items() if not name.startswith(MEMORY)}
+    assert correct and all(t["status"] == "passed" for t in correct.values()), correct
+    for case, test in _memory_tests(tests).items():
+        assert test["status"] == "failed", case
+        assert test["extra_data"]["largest_elements"] >= CASES[case][1], test["extra_data"]
+        assert "the full score matrix has" in test["output"], test["output"]
+
+
+def test_a_row_of_tiles_is_correct_but_fails_the_memory_check(tmp_path):
+    tests = _grade_variant("tile_row", tmp_path)
+    assert all(t["status"] == "passed" for name, t in tests.items() if not name.startswith(MEMORY))
+    for case, test in _memory_tests(tests).items():
+        assert test["status"] == "failed", case
+        assert test["extra_data"]["largest_elements"] == CASES[case][2], test["extra_data"]
+
+
+def test_sdpa_inside_flash_attention_torch_is_refused(tmp_path):
+    submission = build_variant("attention", "sdpa_inside", tmp_path / "submission")
+    select = "test_flash_attention_torch_forward_and_lse or test_attention_matches_sdpa"
+    tests = by_name(grade_json(submission, "attention", "--select", select, out=tmp_path / "r.json"))
+    for name, test in tests.items():
+        if name.startswith("test_attention_matches_sdpa"):
+            assert test["status"] == "passed", f"{name}: {test['output']}"
+        else:
+            assert test["status"] == "failed", name
+            assert test["extra_data"]["kind"] == "forbidden", test["output"]
+            assert "scaled_dot_product_attention" in test["output"], test["output"]
