@@ -57,11 +57,33 @@ def _failures(console: Console, module: ModuleResult) -> None:
             console.print(f"      {line}", highlight=False, markup=False)
 
 
+def _figure(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list) and len(value) > 4:
+        return f"[{', '.join(_figure(v) for v in value[:4])}, ...]"
+    if isinstance(value, list):
+        return f"[{', '.join(_figure(v) for v in value)}]"
+    return str(value)
+
+
+def _measurements(console: Console, report: GradeReport) -> None:
+    """What the performance checks measured (bytes, ratios, counts), passed or not."""
+    measured = [(m.name, t) for m in report.modules for t in m.tests if t.measurements]
+    if not measured:
+        return
+    console.print("\n[bold]measured[/]")
+    for module, test in measured:
+        figures = ", ".join(f"{k}={_figure(v)}" for k, v in test.measurements.items())
+        console.print(f"  {module}: {test.name}: {figures}", highlight=False, markup=False)
+
+
 def text_report(report: GradeReport, *, color: bool = False) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=color, width=110, color_system="standard" if color else None)
     for module in report.modules:
         _failures(console, module)
+    _measurements(console, report)
     skipped = sum(t.status == SKIPPED for t in report.tests)
     console.print()
     console.print(_scoreboard(report))
