@@ -1,0 +1,124 @@
+"""Hidden suite: QuantLinear against dequantize-then-matmul (computed here from the layer's own
+quantized weight), the W4A16 Triton kernel under the interpreter at small shapes, and, on a
+GPU, the kernel timed against a bf16 matmul (torch) of the same shape in a trusted worker."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.sandbox.script import Step
+from grader.suites.quantization import reference
+from grader.testing import assert_matches, expect_exception, generator
+
+
+def layer_steps(weight, bias, x, **options) -> list[Step]:
+    return [
+        Step("QuantLinear", (weight, bias), options, save_as="layer", send_back=False),
+        Step("layer.weight_fields"),
+        Step("layer.forward", (x,)),
+    ]
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize(
+    ("bits", "group_size", "bias", "dtype"),
+    [
+        (8, 128, True, torch.float32),
+        (8, 128, False, torch.float64),
+        (4, 32, True, torch.float32),
+        (4, 16, False, torch.float32),
+    ],
+    ids=["int8-bias", "int8-float64", "int4-g32-bias", "int4-g16"],
+)
+def test_quant_linear_equals_dequantize_then_matmul(submission, bits, group_size, bias, dtype):
+    gen = generator("qlinear", bits, group_size)
+    weight = torch.randn(24, 64, generator=gen) * 0.1
+    b = torch.randn(24, generator=gen) if bias else None
+    x = torch.randn(3, 5, 64, generator=gen).to(dtype)
+    _, fields, out = submission.script(layer_steps(weight, b, x, bits=bits, group_size=group_size)).steps[0]
+    granularity = "channel" if bits == 8 else "group"
+    assert fields["bits"] == bits and fields["granularity"] == granularity, (
+        f"bits={bits}: the weight must be quantized with granularity {granularity!r}, got {fields['granularity']!r}"
+    )
+    w_hat = reference.dequantize(fields)
+    scale, _ = reference.expected_scales(weight, bits, True, granularity, 0, group_size)
+    assert_matches(fields["scale"].reshape(-1).float(), scale, "the weight's scales (symmetric)", rtol=1e-5)
+    expected = x.double() @ w_hat.T + (b.double() if bias else 0)
+    assert out.dtype == dtype, f"forward must return x's dtype {dtype}, got {out.dtype}"
+    assert_matches(out.double(), expected, "forward vs x @ dequantize(W).T + b", 1e-4, 1e-4)
+
+
+@pytest.mark.points(1)
+def test_quant_linear_rejects_unsupported_bits_and_groups(submission):
+    weight = torch.randn(4, 48)
+    expect_exception(
+        "ValueError", lambda: submission.script([Step("QuantLinear", (weight, None), {"bits": 2}, send_back=False)])
+    )
+    expect_exception(
+        "ValueError",
+        lambda: submission.script(
+            [Step("QuantLinear", (weight, None), {"bits": 4, "group_size": 32}, send_back=False)]
+        ),
+    )
+
+
+def int4_weight(
+    n: int, k: int, group_size: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(packed bytes, scales, dequantized weight) of a random symmetric int4 weight, made here."""
+    q = torch.randint(-7, 8, (n, k), generator=gen)
+    scale = torch.rand(n, k // group_size, generator=gen) * 0.1 + 0.01
+    nibbles = (q & 0xF).reshape(-1, 2)
+    packed = (nibbles[:, 0] | (nibbles[:, 1] << 4)).to(torch.uint8)
+    return packed, scale, q.float() * scale.repeat_interleave(group_size, dim=1)
+
+
+@pytest.mark.points(4)
+@pytest.mark.parametrize(
+    ("m", "n", "k", "group_size", "dtype"),
+    [(5, 48, 64, 32, torch.float32), (1, 64, 128, 64, torch.float32), (17, 40, 96, 16, torch.float16)],
+    ids=["5x48x64-g32", "1x64x128-g64", "17x40x96-g16-fp16"],
+)
+def test_w4a16_kernel_matches_dequantized_matmul(submission, m, n, k, group_size, dtype):
+    """Under the Triton interpreter on CPU: correctness at small, unaligned shapes."""
+    gen = generator("w4a16", m, n, k)
+    packed, scale, w = int4_weight(n, k, group_size, gen)
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    out = submission.function("w4a16_matmul")(x, packed, scale, group_size)
+    expected = x.double() @ w.double().T
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    assert out.dtype == dtype, f"w4a16_matmul must return x's dtype {dtype}, got {out.dtype}"
+    assert_matches(out.double(), expected, f"w4a16_matmul {m}x{n}x{k} vs x @ (q * s).T", tol, tol)
+
+
+W4A16_SHAPE = (16, 8192, 8192)  # decode-like: 16 rows of activations, an 8192 x 8192 weight
+W4A16_RATIO_LIMIT = 1.5
+W4A16_REPEATS = 50
+
+
+@pytest.mark.gpu
+@pytest.mark.perf
+@pytest.mark.points(4)
+def test_w4a16_kernel_time_against_bf16_matmul(submission, library, record_property):
+    """Memory-bound decode shape: reading 4-bit weights should not be slower than reading bf16
+    ones. Seconds per call of the kernel (a script of repeated calls, synchronised at the end)
+    over seconds per torch bf16 matmul (CUDA events, trusted worker), both in this run."""
+    m, n, k = W4A16_SHAPE
+    gen = generator("w4a16-time")
+    packed, scale, w = int4_weight(n, k, 128, gen)
+    x = torch.randn(m, k, generator=gen).bfloat16()
+    steps = [Step("w4a16_matmul", (x, packed, scale, 128), send_back=False)] * (W4A16_REPEATS - 1)
+    steps.append(Step("w4a16_matmul", (x, packed, scale, 128)))
+    submission.script(steps[:3])  # warm-up and compilation
+    kernel_s = min(submission.script(steps).seconds for _ in range(3)) / W4A16_REPEATS
+    target = "grader.suites.quantization.reference:bf16_matmul_seconds"
+    matmul_s = min(library.spmd(target, 1, [(x, w, W4A16_REPEATS)]).outputs[0] for _ in range(3))
+    ratio = kernel_s / matmul_s
+    record_property("w4a16_us", round(kernel_s * 1e6, 2))
+    record_property("bf16_matmul_us", round(matmul_s * 1e6, 2))
+    record_property("time_ratio_vs_bf16", round(ratio, 3))
+    assert ratio <= W4A16_RATIO_LIMIT, (
+        f"w4a16_matmul took {kernel_s * 1e6:.1f} us per call, {ratio:.2f}x a bf16 matmul ({matmul_s * 1e6:.1f} us); "
+        f"the limit is {W4A16_RATIO_LIMIT}x. Dequantize inside the kernel: never write the full weight to memory."
+    )
