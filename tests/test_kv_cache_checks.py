@@ -1,0 +1,62 @@
+"""Module kv_cache: every performance check both ways (the reference passes, a wasteful variant
+fails), the FLOP counter is not blind, and the Hypothesis program test catches broken paged
+caches (a write through a shared block, leaked blocks, an error that changes the state)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import build_variant, by_name, grade_json
+
+FLOPS_GROWTH = "test_decode_step_attention_flops_grow_linearly_with_context"
+FLOPS_BOUND = "test_decode_step_flops_at_most_a_cached_step"
+SPEED = "test_cached_generation_at_least_2x_the_tokens_per_second_of_recomputation"
+RANDOM_PROGRAMS = "test_paged_cache_matches_a_dictionary_model_under_random_programs"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("kv-reference") / "r.json"
+    select = "flops or tokens_per_second or random_programs or greedy"
+    return by_name(grade_json("solutions", "kv_cache", "--select", select, out=out))
+
+
+def test_reference_passes_every_perf_check_and_the_counter_is_not_blind(reference):
+    for name in (FLOPS_GROWTH, FLOPS_BOUND, SPEED, RANDOM_PROGRAMS):
+        assert reference[name]["status"] == "passed", f"{name}: {reference[name]['output']}"
+    data = reference[FLOPS_GROWTH]["extra_data"]
+    assert data["decode_flops"] == data["reference_decode_flops"], data
+    assert 1.95 <= data["attention_flops_growth"] <= 2.05, data
+    assert min(data["decode_flops"].values()) > 100_000, "a decode step of TinyGPT is ~0.26 MFLOP"
+    assert reference[FLOPS_BOUND]["extra_data"]["decode_flops_ratio"] <= 1.0
+    assert reference[SPEED]["extra_data"]["speedup_vs_recomputation"] >= 2
+
+
+def test_recomputing_every_step_is_correct_but_fails_flops_and_time(tmp_path):
+    submission = build_variant("kv_cache", "recompute_every_step", tmp_path / "submission")
+    select = "flops or tokens_per_second or greedy"
+    tests = by_name(grade_json(submission, "kv_cache", "--select", select, out=tmp_path / "r.json"))
+    for name, test in tests.items():
+        if "greedy" in name:
+            assert test["status"] == "passed", f"{name}: {test['output']}"
+    for name in (FLOPS_GROWTH, FLOPS_BOUND, SPEED):
+        assert tests[name]["status"] == "failed", name
+    assert tests[FLOPS_GROWTH]["extra_data"]["attention_flops_growth"] > 2.6
+    assert tests[FLOPS_BOUND]["extra_data"]["decode_flops_ratio"] > 50
+    assert tests[SPEED]["extra_data"]["speedup_vs_recomputation"] < 1.5
+    assert "feed only the new token" in tests[FLOPS_GROWTH]["output"]
+
+
+@pytest.mark.parametrize(
+    ("variant", "message"),
+    [
+        ("no_copy_on_write", "num_free_blocks()"),  # the copy it did not take is still free
+        ("free_leaks_blocks", "num_free_blocks()"),
+        ("partial_append_on_error", "num_free_blocks()"),
+    ],
+)
+def test_random_programs_catch_a_broken_paged_cache(tmp_path, variant, message):
+    submission = build_variant("kv_cache", variant, tmp_path / "submission")
+    tests = by_name(grade_json(submission, "kv_cache", "--select", "random_programs", out=tmp_path / "r.json"))
+    test = tests[RANDOM_PROGRAMS]
+    assert test["status"] == "failed", variant
+    assert message in test["output"] and "after operation" in test["output"], test["output"]
