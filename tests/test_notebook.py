@@ -27,3 +27,19 @@ def test_notebook_runs_against_the_solutions(module, monkeypatch):
     errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
     assert os.environ["GRADER_SUBMISSION"].endswith("solutions")
+
+
+@pytest.mark.parametrize("module", list(load_course().modules))
+def test_notebook_is_what_its_generator_script_writes(module, tmp_path):
+    """A notebook with a generator script (lectures/scripts/make_<m>_notebook.py) is not edited
+    by hand: the committed file must be exactly what the script writes."""
+    import subprocess
+    import sys
+
+    script = ROOT / "lectures" / "scripts" / f"make_{module}_notebook.py"
+    if not script.is_file():
+        pytest.skip(f"{module}'s notebook has no generator script")
+    out = tmp_path / f"{module}.ipynb"
+    subprocess.run([sys.executable, str(script), "--out", str(out)], check=True, capture_output=True)
+    committed = ROOT / "assignments" / module / f"{module}.ipynb"
+    assert out.read_text() == committed.read_text(), f"regenerate it: python {script.relative_to(ROOT)}"

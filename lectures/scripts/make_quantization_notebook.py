@@ -10,28 +10,10 @@ execute it with GRADER_SUBMISSION=solutions.
 
 from __future__ import annotations
 
-import argparse
-import re
-from pathlib import Path
-from textwrap import dedent
+from notebook_cells import Notebook
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = REPO / "assignments" / "quantization" / "quantization.ipynb"
-
-# (kind, id, source). Ids are stable so that regenerating does not churn the file.
-CELLS: list[tuple[str, str, str]] = []
-
-
-def md(cell_id: str, text: str) -> None:
-    CELLS.append(("markdown", cell_id, dedent(text).strip()))
-
-
-def code(cell_id: str, text: str) -> None:
-    CELLS.append(("code", cell_id, dedent(text).strip()))
-
+notebook = Notebook("quantization")
+md, code = notebook.md, notebook.code
 
 # fmt: off
 
@@ -295,38 +277,5 @@ md("next", r"""
 
 # fmt: on
 
-
-def _cell_id(name: str) -> str:
-    if not re.fullmatch(r"[a-z0-9-]+", name):
-        raise ValueError(f"bad cell id {name!r}")
-    return name
-
-
-def build() -> nbformat.NotebookNode:
-    ids = [cell_id for _, cell_id, _ in CELLS]
-    if len(set(ids)) != len(ids):
-        raise ValueError("duplicate cell ids")
-    cells = []
-    for kind, cell_id, source in CELLS:
-        make = new_code_cell if kind == "code" else new_markdown_cell
-        cells.append(make(source=source, id=_cell_id(cell_id)))
-    notebook = new_notebook(cells=cells)
-    notebook.metadata = {
-        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
-        "language_info": {"name": "python"},
-    }
-    nbformat.validate(notebook)
-    return notebook
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(build(), args.out)
-    print(f"wrote {args.out}")
-
-
 if __name__ == "__main__":
-    main()
+    notebook.main(__doc__)
