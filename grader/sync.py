@@ -84,7 +84,7 @@ def make_stub(source: str, *, module: Module, origin: str) -> str:
             indent = line[: len(line) - len(line.lstrip())]
             function = _function_at(spans, number)
             if function is None:
-                out.append(HELPERS_COMMENT)
+                out.append(indent + HELPERS_COMMENT)
             else:
                 out.append(f'{indent}raise NotImplementedError("{_instruction(module, function)}")\n')
         elif stripped == END:

@@ -79,7 +79,7 @@ class PagedKVCache:
     def gather(self, seq_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError("implement PagedKVCache.gather (lectures/05-kv-cache.md, section 5)")
 
-# (Write any helper functions you need here.)
+    # (Write any helper functions you need here.)
 
 
 def paged_decode_attention(q: torch.Tensor, cache: PagedKVCache, seq_ids: list[int], layer: int) -> torch.Tensor:

@@ -1,0 +1,124 @@
+"""Public tests for the zero module: run them while you work with
+
+    pytest assignments/zero                  (add -s to see what your code prints)
+
+Your functions run in worker processes, never inside pytest; DDP and ShardedOptimizer run on
+worlds of 2 gloo processes through the given helpers train_ddp and train_sharded. The hidden
+suite checks more models (frozen, tied and unused parameters), 4 ranks, ZeRO stage 2, and
+counts: saved activation bytes, all-reduce calls and elements per step, the overlap with
+backward, and optimizer-state and gradient bytes per rank; `make grade` gives the score.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grader.sandbox import Saved, Step
+from grader.testing import assert_matches, generator
+
+WIDTH, STEPS, ROWS = 16, 3, 4
+
+
+def test_zero_memory_stage_0_is_16_bytes_per_parameter_and_stage_3_divides_it(submission):
+    memory = submission.function("zero_memory_per_rank")
+    assert math.isclose(memory(1_000_000, 8, 0), 16e6), "plain data parallelism: 2 + 2 + 12 bytes per parameter"
+    assert math.isclose(memory(1_000_000, 8, 3), 2e6), "stage 3 shards all 16 bytes over 8 ranks"
+
+
+def test_checkpointed_forward_matches_the_plain_forward_and_saves_less(submission):
+    x = torch.randn(2, 8, generator=generator("public-ckpt"), dtype=torch.float64)
+    steps = [
+        Step("make_blocks", (6, 8, 0), save_as="blocks", send_back=False),
+        Step("checkpointed_forward", (Saved("blocks"), x, 2), send_back=False),
+        Step("saved_bytes_and_grads", (6, 8, 1, x, 2)),
+        Step("saved_bytes_and_grads", (6, 8, 1, x, None)),
+    ]
+    got, plain = submission.script(steps).steps[0][-2:]
+    assert_matches(got["y"], plain["y"], "output", 1e-12, 1e-12)
+    assert_matches(got["x_grad"], plain["x_grad"], "gradient of x", 1e-12, 1e-12)
+    for i, (g, want) in enumerate(zip(got["grads"], plain["grads"])):
+        assert_matches(g, want, f"gradient of parameter {i}", 1e-12, 1e-12)
+    assert got["saved_bytes"] <= 2 * 2 * 8 * 8, (
+        f"2 segments should save 2 inputs of 128 bytes, not {got['saved_bytes']}"
+    )
+
+
+class MLP(nn.Module):
+    """The given ddp.MLP("plain"), rebuilt here for the single-process reference."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.hidden, self.out = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.hidden(torch.tanh(self.inp(x)))))
+
+
+def single_process(state, make_optimizer, inputs, targets):
+    model = MLP()
+    model.load_state_dict(state)
+    opt = make_optimizer(model.parameters())
+    for x, y in zip(inputs, targets):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    return model.state_dict()
+
+
+def data(salt: str):
+    torch.manual_seed(0)
+    state = {k: v.detach().clone() for k, v in MLP().state_dict().items()}
+    gen = generator(salt)
+    inputs, targets = (torch.randn(STEPS, 2 * ROWS, WIDTH, generator=gen) for _ in range(2))
+    return state, inputs, targets
+
+
+def test_ddp_on_two_ranks_trains_like_one_process(submission):
+    state, inputs, targets = data("public-ddp")
+    steps = [
+        [
+            Step(
+                "train_ddp",
+                (
+                    "plain",
+                    state if r == 0 else {k: v + 1 for k, v in state.items()},
+                    "sgd",
+                    0.05,
+                    inputs[:, r * ROWS : (r + 1) * ROWS],
+                    targets[:, r * ROWS : (r + 1) * ROWS],
+                    0.0015,
+                ),
+            )
+        ]
+        for r in range(2)
+    ]
+    got = [rank[-1] for rank in submission.script_spmd(2, steps).steps]
+    expected = single_process(state, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), inputs, targets)
+    for rank in range(2):
+        for name, want in expected.items():
+            assert_matches(got[rank]["state"][name], want, f"rank {rank}: {name} (rank 1 starts elsewhere)", 1e-5, 1e-6)
+    assert got[0]["calls_before_backward_returned"][0] >= 1, "no bucket's all_reduce started during backward"
+
+
+def test_sharded_optimizer_stage_1_on_two_ranks_trains_like_one_process(submission):
+    state, inputs, targets = data("public-zero")
+    steps = [
+        [
+            Step(
+                "train_sharded",
+                (state, "adamw", 1, 0.01, inputs[:, r * ROWS : (r + 1) * ROWS], targets[:, r * ROWS : (r + 1) * ROWS]),
+            )
+        ]
+        for r in range(2)
+    ]
+    got = [rank[-1] for rank in submission.script_spmd(2, steps).steps]
+    expected = single_process(state, lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.01), inputs, targets)
+    for rank in range(2):
+        for name, want in expected.items():
+            assert_matches(got[rank]["state"][name], want, f"rank {rank}: {name}", 1e-5, 1e-6)
+    full = 2 * sum(4 * v.numel() for v in state.values())
+    assert sum(r["state_bytes"] for r in got) <= full + 8 * len(state), "the optimizer state must be split, not copied"

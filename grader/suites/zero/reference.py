@@ -1,0 +1,110 @@
+"""Trusted references of the zero suite: single-process training on the whole batch, written
+here (never imported from a submission), and the counting rules the checks use."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grader.testing import generator
+
+WIDTH, STEPS, ROWS_PER_RANK = 16, 5, 4
+
+
+class MLP(nn.Module):
+    """The same architecture as the given ddp.MLP (parameters are loaded from a state dict)."""
+
+    def __init__(self, variant: str) -> None:
+        super().__init__()
+        self.inp, self.hidden, self.out = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
+        if variant == "frozen":
+            self.inp.bias.requires_grad_(False)
+        if variant == "tied":
+            self.out.weight = self.inp.weight
+        if variant == "unused":
+            self.spare = nn.Linear(WIDTH, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.hidden(torch.tanh(self.inp(x)))))
+
+
+def make_state(variant: str, *salt: object) -> dict[str, torch.Tensor]:
+    """A random initial state dict of MLP(variant)."""
+    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator("zero-state", variant, *salt))))
+    return {k: v.detach().clone() for k, v in MLP(variant).state_dict().items()}
+
+
+def make_data(world_size: int, *salt: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """inputs, targets of shape (STEPS, world_size * ROWS_PER_RANK, WIDTH)."""
+    gen = generator("zero-data", world_size, *salt)
+    shape = (STEPS, world_size * ROWS_PER_RANK, WIDTH)
+    return torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+
+
+def rank_slice(batch: torch.Tensor, rank: int) -> torch.Tensor:
+    """This rank's rows of every step's batch."""
+    return batch[:, rank * ROWS_PER_RANK : (rank + 1) * ROWS_PER_RANK].contiguous()
+
+
+def make_optimizer(name: str, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+
+
+def train_single_process(
+    variant: str, state: dict[str, torch.Tensor], optimizer: str, lr: float, inputs: torch.Tensor, targets: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """One process, the whole batch each step: what data parallelism must reproduce. A
+    parameter that gets no gradient is given a zero one (the DDP spec: unused contributes zeros)."""
+    model = MLP(variant)
+    model.load_state_dict(state)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = make_optimizer(optimizer, trainable, lr)
+    for x, y in zip(inputs, targets):
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(model(x), y).backward()
+        for p in trainable:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def greedy_buckets(variant: str, bucket_cap_mb: float) -> list[int]:
+    """Elements per bucket under the DDP docstring's rule: trainable parameters in reverse
+    order, a bucket closed when the next parameter would take it over the cap."""
+    cap = bucket_cap_mb * 2**20
+    buckets: list[int] = []
+    size = cap + 1
+    for p in [p for p in MLP(variant).parameters() if p.requires_grad][::-1]:
+        if size + 4 * p.numel() > cap:
+            buckets.append(0)
+            size = 0
+        buckets[-1] += p.numel()
+        size += 4 * p.numel()
+    return buckets
+
+
+def train_zero_redundancy(
+    state: dict[str, torch.Tensor], lr: float, inputs: torch.Tensor, targets: torch.Tensor
+) -> dict[str, object]:
+    """PyTorch's own ZeRO stage 1 (torch.distributed.optim.ZeroRedundancyOptimizer over AdamW) on
+    this rank's slices, run in a trusted world: its parameters and this rank's state bytes."""
+    import torch.distributed as dist
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    model = MLP("plain")
+    model.load_state_dict(state)
+    opt = ZeroRedundancyOptimizer(model.parameters(), torch.optim.AdamW, lr=lr, weight_decay=0.01)
+    for x, y in zip(inputs, targets):
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(model(x), y).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+        opt.step()
+    local = opt.optim.state.values()
+    state_bytes = sum(v.numel() * v.element_size() for s in local for v in s.values() if isinstance(v, torch.Tensor))
+    return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}, "state_bytes": state_bytes}

@@ -1,0 +1,69 @@
+"""Hidden suite: DDP on gloo worlds of 2 and 4 ranks trains exactly like one process on the whole
+batch (train_single_process in reference.py, torch.optim's own SGD/AdamW). Rank 0 starts from
+the given state and every other rank from a different one: construction must broadcast."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.sandbox import Saved, Step
+from grader.suites.zero.reference import make_data, make_state, rank_slice, train_single_process
+from grader.testing import assert_matches
+
+TOL = (1e-5, 1e-6)
+CAP_MB = 0.0015  # 1572 bytes: 3 buckets (a weight with its neighbouring biases) for 6 parameters
+
+
+def run_ddp(submission, world_size: int, variant: str, optimizer: str, lr: float, cap_mb: float = CAP_MB):
+    """Every rank's train_ddp result, and the single-process reference."""
+    state = make_state(variant, world_size, optimizer)
+    inputs, targets = make_data(world_size, variant, optimizer)
+    steps = []
+    for rank in range(world_size):
+        start = state if rank == 0 else {k: v + 0.5 * (rank + 1) for k, v in state.items()}
+        steps.append(
+            [
+                Step("MLP", (variant,), save_as="model", send_back=False),
+                # DDP built alone first, so that a missing one is named as such
+                Step("DDP", (Saved("model"), cap_mb), send_back=False),
+                Step(
+                    "train_ddp",
+                    (variant, start, optimizer, lr, rank_slice(inputs, rank), rank_slice(targets, rank), cap_mb),
+                ),
+            ]
+        )
+    got = [rank[-1] for rank in submission.script_spmd(world_size, steps).steps]
+    return got, train_single_process(variant, state, optimizer, lr, inputs, targets)
+
+
+CASES = [
+    (2, "plain", "adamw"),
+    (2, "plain", "sgd"),
+    (2, "frozen", "adamw"),
+    (2, "tied", "sgd"),
+    (2, "unused", "sgd"),
+    (4, "tied", "adamw"),
+]
+
+
+@pytest.mark.points(4)
+@pytest.mark.parametrize(("world_size", "variant", "optimizer"), CASES, ids=[f"world={w}-{v}-{o}" for w, v, o in CASES])
+def test_ddp_training_matches_one_process_on_the_whole_batch(submission, world_size, variant, optimizer):
+    lr = 0.05 if optimizer == "sgd" else 0.01
+    got, expected = run_ddp(submission, world_size, variant, optimizer, lr)
+    for rank, result in enumerate(got):
+        for name, want in expected.items():
+            assert_matches(
+                result["state"][name],
+                want,
+                f"world={world_size}, {variant} MLP, {optimizer}: rank {rank}'s {name} after 5 steps "
+                f"(single-process training on the whole batch gives the expected value)",
+                *TOL,
+            )
+
+
+@pytest.mark.points(2)
+def test_ddp_with_one_bucket_for_everything_matches_too(submission):
+    got, expected = run_ddp(submission, 2, "plain", "adamw", 0.01, cap_mb=25.0)
+    for name, want in expected.items():
+        assert_matches(got[1]["state"][name], want, f"bucket_cap_mb=25 (one bucket): rank 1's {name}", *TOL)

@@ -1,0 +1,125 @@
+"""Hidden suite, counted performance (no timing):
+
+- checkpointing: bytes autograd saves during the forward (saved_tensors_hooks, in the given
+  saved_bytes_and_grads) at most the segment boundaries: segments * rows * width * 8 (float64);
+  the plain forward saves n + 1 such tensors.
+- DDP communication, counted through dist.all_reduce by the given train_ddp: every gradient
+  element once per step, in no more calls than the docstring's buckets (reference.py's
+  greedy_buckets), and at least one call issued before loss.backward() returns (overlap).
+- ZeRO memory, counted by the given train_sharded: this rank's inner optimizer state bytes at
+  most 1/p of the unsharded state plus the largest parameter's state; in stage 2 the gradient
+  bytes this rank holds after step at most 1/p of all gradients plus the largest one.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.sandbox import Saved, Step
+from grader.suites.zero.reference import MLP, greedy_buckets, make_data, make_state, rank_slice
+from grader.testing import generator
+
+WIDTH, ROWS, BLOCKS, SEGMENTS = 8, 4, 16, 4
+CAP_MB = 0.0015  # 1572 bytes: 3 buckets (a weight with its neighbouring biases) for 6 parameters
+
+
+@pytest.mark.perf
+@pytest.mark.points(8)
+def test_checkpointing_saves_only_segment_boundaries(submission, record_property):
+    x = torch.randn(ROWS, WIDTH, generator=generator("ckpt-bytes"), dtype=torch.float64)
+    steps = [
+        Step("make_blocks", (BLOCKS, WIDTH, 0), save_as="blocks", send_back=False),
+        Step("checkpointed_forward", (Saved("blocks"), x, SEGMENTS), send_back=False),
+        Step("saved_bytes_and_grads", (BLOCKS, WIDTH, 0, x, SEGMENTS)),
+        Step("saved_bytes_and_grads", (BLOCKS, WIDTH, 0, x, None)),
+    ]
+    checkpointed, plain = (r["saved_bytes"] for r in submission.script(steps).steps[0][-2:])
+    boundary = ROWS * WIDTH * 8
+    record_property("saved_bytes_checkpointed", checkpointed)
+    record_property("saved_bytes_plain", plain)
+    record_property("bound", SEGMENTS * boundary)
+    assert checkpointed <= SEGMENTS * boundary, (
+        f"with {BLOCKS} blocks in {SEGMENTS} segments the forward saved {checkpointed} bytes for backward "
+        f"(the plain forward saves {plain}); only the {SEGMENTS} segment inputs ({SEGMENTS * boundary} bytes) "
+        f"may be kept: run each segment under torch.no_grad() and save only its input"
+    )
+
+
+def ddp_stats(submission, world_size: int = 2) -> list[dict]:
+    state = make_state("plain", "perf")
+    inputs, targets = make_data(world_size, "perf")
+    steps = [
+        [Step("train_ddp", ("plain", state, "adamw", 0.01, rank_slice(inputs, r), rank_slice(targets, r), CAP_MB))]
+        for r in range(world_size)
+    ]
+    return [rank[-1] for rank in submission.script_spmd(world_size, steps).steps]
+
+
+@pytest.mark.perf
+@pytest.mark.points(5)
+def test_ddp_allreduces_each_gradient_once_in_buckets(submission, record_property):
+    results = ddp_stats(submission)
+    elements = sum(p.numel() for p in MLP("plain").parameters())
+    buckets = len(greedy_buckets("plain", CAP_MB))
+    record_property("calls_per_step", results[0]["calls"])
+    record_property("elements_per_step", results[0]["elements"])
+    record_property("buckets", buckets)
+    for rank, result in enumerate(results):
+        for step, (calls, sent) in enumerate(zip(result["calls"], result["elements"])):
+            assert sent == elements, (
+                f"rank {rank}, step {step}: dist.all_reduce carried {sent} elements, the gradients have {elements}: "
+                f"each gradient element must be all-reduced exactly once per step (no duplicate or missing bucket)"
+            )
+            assert calls <= buckets, (
+                f"rank {rank}, step {step}: {calls} dist.all_reduce calls, but bucket_cap_mb={CAP_MB} gives "
+                f"{buckets} buckets: all-reduce one flattened bucket at a time, not one parameter at a time"
+            )
+
+
+@pytest.mark.perf
+@pytest.mark.points(7)
+def test_ddp_starts_allreduce_while_backward_is_running(submission, record_property):
+    results = ddp_stats(submission)
+    record_property("calls_before_backward_returned", results[0]["calls_before_backward_returned"])
+    for rank, result in enumerate(results):
+        for step, early in enumerate(result["calls_before_backward_returned"]):
+            assert early >= 1, (
+                f"rank {rank}, step {step}: no dist.all_reduce had started when loss.backward() returned: "
+                f"start each bucket's all_reduce (async_op=True) from the gradient hook that completes it"
+            )
+
+
+@pytest.mark.perf
+@pytest.mark.points(6)
+@pytest.mark.parametrize(
+    ("world_size", "stage"), [(2, 1), (2, 2), (4, 2)], ids=["world=2-stage1", "world=2-stage2", "world=4-stage2"]
+)
+def test_sharded_optimizer_keeps_a_1_over_p_share_of_the_state(submission, world_size, stage, record_property):
+    state = make_state("plain", "perf-sharded")
+    inputs, targets = make_data(world_size, "perf-sharded")
+    steps = [
+        [Step("train_sharded", (state, "adamw", stage, 0.01, rank_slice(inputs, r), rank_slice(targets, r)))]
+        for r in range(world_size)
+    ]
+    results = [rank[-1] for rank in submission.script_spmd(world_size, steps).steps]
+    sizes = [4 * v.numel() for v in state.values()]
+    # AdamW keeps exp_avg and exp_avg_sq (one parameter's bytes each) and a scalar step per parameter.
+    full_state = sum(2 * s + 4 for s in sizes)
+    state_bound = full_state / world_size + 2 * max(sizes) + 4
+    grad_bound = sum(sizes) / world_size + max(sizes)
+    record_property("state_bytes_per_rank", [r["state_bytes"] for r in results])
+    record_property("grad_bytes_per_rank", [r["grad_bytes"] for r in results])
+    record_property("unsharded_state_bytes", full_state)
+    for rank, result in enumerate(results):
+        assert result["state_bytes"] <= state_bound, (
+            f"ZeRO stage {stage}, world={world_size}: rank {rank}'s optimizer holds {result['state_bytes']} bytes of "
+            f"state; unsharded AdamW holds {full_state}: at most 1/{world_size} of it plus one parameter's share "
+            f"({state_bound:.0f}) is allowed. Build the inner optimizer over this rank's parameters only"
+        )
+        if stage == 2:
+            assert result["grad_bytes"] <= grad_bound, (
+                f"ZeRO stage 2, world={world_size}: rank {rank} holds {result['grad_bytes']} bytes of gradients after "
+                f"step, at most {grad_bound:.0f} (1/{world_size} of all plus the largest) is allowed: drop the "
+                f"gradients of parameters this rank does not own"
+            )

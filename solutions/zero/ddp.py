@@ -1,0 +1,168 @@
+"""Data parallelism from scratch: DDP with bucketed, overlapped gradient allreduce (lecture 02,
+sections 1 and 2).
+
+Every rank holds the whole model and a different slice of the batch. After backward, each
+gradient is averaged over ranks, so every rank takes the same optimizer step as one process
+on the whole batch would (for a loss that is a mean over equal-sized slices):
+
+    g = (1/p) * sum_r g_r
+
+Gradients become ready in roughly reverse order of the parameters during backward. Grouping
+them into buckets of about `bucket_cap_mb` and all-reducing each bucket asynchronously as soon
+as its last gradient arrives overlaps communication with the rest of backward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class DDP(nn.Module):
+    """Wraps `module` for data-parallel training on the default process group.
+
+    - At construction, broadcast every parameter and buffer from rank 0, so that all ranks
+      start identical.
+    - Buckets: walk the parameters that require grad in REVERSE order of module.parameters()
+      (each tied parameter once) and fill buckets of at most bucket_cap_mb * 2**20 bytes; a
+      bucket is closed when adding the next parameter would exceed the cap (a parameter larger
+      than the cap gets a bucket of its own).
+    - During backward, a hook on each parameter (Tensor.register_post_accumulate_grad_hook)
+      marks its gradient ready; when a bucket's gradients are all ready, flatten them into one
+      tensor and start dist.all_reduce(..., async_op=True) on it, right away, once per bucket
+      and per backward. Call dist.all_reduce through the module (`dist.all_reduce`, with
+      `import torch.distributed as dist`): the grader counts the calls that way.
+    - finish_gradient_synchronization(): start the buckets that never became ready (a
+      parameter unused in this step on this rank contributes zeros), wait for every bucket,
+      divide by the world size and copy the averages back into each parameter's .grad.
+    torch.nn.parallel.DistributedDataParallel is refused: write it yourself.
+    """
+
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0) -> None:
+        super().__init__()
+        self.module = module
+        ### BEGIN SOLUTION
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+        params = [p for p in module.parameters() if p.requires_grad][::-1]
+        cap = bucket_cap_mb * 2**20
+        self.buckets: list[list[nn.Parameter]] = []
+        size = cap + 1  # start a new bucket with the first parameter
+        for p in params:
+            nbytes = p.numel() * p.element_size()
+            if size + nbytes > cap:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += nbytes
+        self.bucket_of = {p: i for i, bucket in enumerate(self.buckets) for p in bucket}
+        self._reset()
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._grad_ready)
+        ### END SOLUTION
+
+    ### BEGIN SOLUTION
+    def _reset(self) -> None:
+        self.ready = [0] * len(self.buckets)
+        self.pending: dict[int, tuple[torch.Tensor, dist.Work]] = {}
+
+    def _grad_ready(self, param: nn.Parameter) -> None:
+        index = self.bucket_of[param]
+        self.ready[index] += 1
+        if self.ready[index] == len(self.buckets[index]):
+            self._launch(index)
+
+    def _launch(self, index: int) -> None:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.buckets[index]]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.pending[index] = (flat, dist.all_reduce(flat, async_op=True))
+
+    ### END SOLUTION
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def finish_gradient_synchronization(self) -> None:
+        """Wait until every bucket is averaged and written back to the parameters' .grad."""
+        ### BEGIN SOLUTION
+        for index in range(len(self.buckets)):
+            if index not in self.pending:
+                self._launch(index)
+        world_size = dist.get_world_size()
+        for index, (flat, work) in self.pending.items():
+            work.wait()
+            flat /= world_size
+            for p, g in zip(self.buckets[index], flat.split([p.numel() for p in self.buckets[index]])):
+                p.grad = g.view_as(p).clone()
+        self._reset()
+        ### END SOLUTION
+
+
+class MLP(nn.Module):
+    """Given: the model the grader trains. variant: "plain"; "frozen" (first layer's bias does
+    not require grad); "tied" (the last layer reuses the first layer's weight); "unused" (an
+    extra layer that forward never calls)."""
+
+    def __init__(self, variant: str = "plain", width: int = 16) -> None:
+        super().__init__()
+        self.inp = nn.Linear(width, width)
+        self.hidden = nn.Linear(width, width)
+        self.out = nn.Linear(width, width)
+        if variant == "frozen":
+            self.inp.bias.requires_grad_(False)
+        if variant == "tied":
+            self.out.weight = self.inp.weight
+        if variant == "unused":
+            self.spare = nn.Linear(width, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.hidden(torch.tanh(self.inp(x)))))
+
+
+def train_ddp(
+    variant: str,
+    state: dict[str, torch.Tensor],
+    optimizer: str,
+    lr: float,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    bucket_cap_mb: float,
+) -> dict[str, object]:
+    """Given (the grader calls it on every rank): MLP(variant) loaded from `state`, wrapped in
+    DDP, trained one optimizer step per batch (inputs[i], targets[i]: this rank's slices) on the
+    mean squared error; optimizer "sgd" (momentum 0.9) or "adamw" (weight decay 0.01).
+
+    Returns the final parameters (state dict) and, per step, what went through dist.all_reduce:
+    "calls", "elements" (summed numel) and "calls_before_backward_returned".
+    """
+    model = MLP(variant, inputs.shape[-1])
+    model.load_state_dict(state)
+    ddp = DDP(model, bucket_cap_mb)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(trainable, lr=lr, momentum=0.9)
+    else:
+        opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.01)
+    calls: list[int] = []
+    original = dist.all_reduce
+
+    def counting(tensor, *args, **kwargs):
+        calls.append(tensor.numel())
+        return original(tensor, *args, **kwargs)
+
+    stats: dict[str, list[int]] = {"calls": [], "elements": [], "calls_before_backward_returned": []}
+    dist.all_reduce = counting
+    try:
+        for x, y in zip(inputs, targets):
+            calls.clear()
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
+            stats["calls_before_backward_returned"].append(len(calls))
+            ddp.finish_gradient_synchronization()
+            stats["calls"].append(len(calls))
+            stats["elements"].append(sum(calls))
+            opt.step()
+    finally:
+        dist.all_reduce = original
+    return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}, **stats}

@@ -1,0 +1,110 @@
+"""Every performance (counted) check of module zero, both ways: the reference passes it and a
+wasteful variant (tests/variants/zero/) fails it while still training correctly. The counters
+are checked too: the reference's figures are not zero (a blind counter would pass anything)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT, build_variant, by_name, grade_json
+
+SAVED = "test_checkpointing_saves_only_segment_boundaries"
+BUCKETS = "test_ddp_allreduces_each_gradient_once_in_buckets"
+OVERLAP = "test_ddp_starts_allreduce_while_backward_is_running"
+STATE = "test_sharded_optimizer_keeps_a_1_over_p_share_of_the_state"
+TORCH_ZERO = "test_sharded_optimizer_stage_1_matches_torch_zero_redundancy_optimizer"
+PERF = "segment_boundaries or once_in_buckets or while_backward or 1_over_p or zero_redundancy"
+
+
+def grade(tmp_path, variant: str, select: str) -> dict[str, dict]:
+    submission = build_variant("zero", variant, tmp_path / "submission")
+    return by_name(grade_json(submission, "zero", "--select", select, out=tmp_path / "r.json"))
+
+
+def assert_only_failing(tests: dict[str, dict], *failing: str) -> None:
+    """Tests whose name starts with one of `failing` failed; every other selected test passed."""
+    for name, test in tests.items():
+        if name.startswith(failing):
+            assert test["status"] == "failed", name
+        else:
+            assert test["status"] == "passed", f"{name}: {test['output']}"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, dict]:
+    """The reference solution graded on its performance checks only."""
+    out = tmp_path_factory.mktemp("zero-reference") / "r.json"
+    return by_name(grade_json(ROOT / "solutions", "zero", "--select", PERF, out=out))
+
+
+def test_reference_saves_exactly_the_segment_boundaries(reference):
+    test = reference[SAVED]
+    assert test["status"] == "passed", test["output"]
+    figures = test["extra_data"]
+    # 16 blocks: the plain forward keeps x and 16 tanh outputs, 4 segments keep 4 inputs.
+    assert figures["saved_bytes_checkpointed"] == figures["bound"] > 0
+    assert figures["saved_bytes_plain"] == 17 * figures["bound"] // 4
+
+
+def test_reference_allreduces_every_element_once_in_three_buckets_during_backward(reference):
+    for name in (BUCKETS, OVERLAP):
+        assert reference[name]["status"] == "passed", reference[name]["output"]
+    figures = reference[BUCKETS]["extra_data"]
+    assert figures["buckets"] == 3
+    assert all(calls == 3 for calls in figures["calls_per_step"])
+    assert all(early == 3 for early in reference[OVERLAP]["extra_data"]["calls_before_backward_returned"])
+
+
+def test_reference_optimizer_state_is_sharded_like_torch_zero_redundancy_optimizer(reference):
+    test = reference[TORCH_ZERO]
+    assert test["status"] == "passed", test["output"]
+    assert test["extra_data"]["state_bytes_per_rank"] == test["extra_data"]["torch_zero_state_bytes_per_rank"]
+    for case in ("world=2-stage1", "world=2-stage2", "world=4-stage2"):
+        test = reference[f"{STATE}[{case}]"]
+        assert test["status"] == "passed", test["output"]
+        figures = test["extra_data"]
+        assert 0 < sum(figures["state_bytes_per_rank"]) <= figures["unsharded_state_bytes"]
+
+
+def test_plain_forward_is_correct_but_fails_the_saved_bytes_bound(tmp_path):
+    tests = grade(tmp_path, "no_checkpointing", "checkpointed_forward or segment_boundaries")
+    assert_only_failing(tests, SAVED, "test_checkpointed_forward_matches_the_plain_forward_and_saves_less")
+    assert "only the 4 segment inputs" in tests[SAVED]["output"]
+
+
+def test_torch_utils_checkpoint_is_refused(tmp_path):
+    tests = grade(tmp_path, "torch_utils_checkpoint", "gives_the_plain_forwards")
+    assert tests and all(t["status"] == "failed" for t in tests.values())
+    assert all("may not call torch.utils.checkpoint.checkpoint" in t["output"] for t in tests.values())
+
+
+def test_torch_distributed_data_parallel_is_refused(tmp_path):
+    tests = grade(tmp_path, "torch_ddp_inside", "test_ddp_training")
+    assert tests and all(t["status"] == "failed" for t in tests.values())
+    assert all("may not call torch.nn.parallel.DistributedDataParallel" in t["output"] for t in tests.values())
+
+
+def test_per_parameter_allreduce_is_correct_but_fails_the_bucket_count(tmp_path):
+    tests = grade(tmp_path, "per_parameter_allreduce", "test_ddp_training or once_in_buckets or while_backward")
+    assert_only_failing(tests, BUCKETS)
+    assert "6 dist.all_reduce calls" in tests[BUCKETS]["output"]
+
+
+def test_allreduce_after_backward_is_correct_but_fails_the_overlap_check(tmp_path):
+    tests = grade(tmp_path, "allreduce_after_backward", "test_ddp_training or once_in_buckets or while_backward")
+    assert_only_failing(tests, OVERLAP)
+
+
+def test_full_state_on_every_rank_trains_correctly_but_fails_the_state_bound(tmp_path):
+    tests = grade(tmp_path, "full_state_on_every_rank", "sharded_optimizer_training or 1_over_p or zero_redundancy")
+    assert_only_failing(tests, STATE, TORCH_ZERO)
+    for case in ("world=2-stage1", "world=2-stage2", "world=4-stage2"):
+        figures = tests[f"{STATE}[{case}]"]["extra_data"]
+        assert figures["state_bytes_per_rank"] == [figures["unsharded_state_bytes"]] * len(
+            figures["state_bytes_per_rank"]
+        )
+
+
+def test_stage2_keeping_all_gradients_fails_only_the_stage2_gradient_bound(tmp_path):
+    tests = grade(tmp_path, "stage2_keeps_all_gradients", "sharded_optimizer_training or 1_over_p")
+    assert_only_failing(tests, f"{STATE}[world=2-stage2]", f"{STATE}[world=4-stage2]")
+    assert "holds 3264 bytes of gradients" in tests[f"{STATE}[world=2-stage2]"]["output"]
