@@ -27,7 +27,7 @@ def checkpointed_forward(blocks: list[nn.Module], x: torch.Tensor, segments: int
     parameter that requires grad) must equal those of the plain forward. torch.utils.checkpoint
     is refused: write it yourself. Raises ValueError unless 1 <= segments <= len(blocks).
     """
-    raise NotImplementedError("implement checkpointed_forward (lectures/02-data-parallelism-zero.md, section 6)")
+    raise NotImplementedError("implement checkpointed_forward (lectures/02-data-parallel-and-zero.md, section 6)")
 
 
 # (Write any helper functions you need here.)

@@ -44,7 +44,7 @@ class DDP(nn.Module):
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0) -> None:
         super().__init__()
         self.module = module
-        raise NotImplementedError("implement DDP.__init__ (lectures/02-data-parallelism-zero.md, section 2)")
+        raise NotImplementedError("implement DDP.__init__ (lectures/02-data-parallel-and-zero.md, section 2)")
 
     # (Write any helper functions you need here.)
 
@@ -53,7 +53,7 @@ class DDP(nn.Module):
 
     def finish_gradient_synchronization(self) -> None:
         """Wait until every bucket is averaged and written back to the parameters' .grad."""
-        raise NotImplementedError("implement DDP.finish_gradient_synchronization (lectures/02-data-parallelism-zero.md, section 2)")
+        raise NotImplementedError("implement DDP.finish_gradient_synchronization (lectures/02-data-parallel-and-zero.md, section 2)")
 
 
 class MLP(nn.Module):

@@ -29,4 +29,4 @@ def zero_memory_per_rank(
     parameters on 64 ranks give 120e9, 31.4e9, 16.6e9 and 1.875e9 bytes for stages 0 to 3.
     Raises ValueError for a stage outside 0..3 or a world size below 1.
     """
-    raise NotImplementedError("implement zero_memory_per_rank (lectures/02-data-parallelism-zero.md, section 3)")
+    raise NotImplementedError("implement zero_memory_per_rank (lectures/02-data-parallel-and-zero.md, section 3)")

@@ -50,7 +50,7 @@ class ShardedOptimizer:
     """
 
     def __init__(self, params: Iterable[nn.Parameter], optimizer_cls: type, stage: int = 1, **kwargs) -> None:
-        raise NotImplementedError("implement ShardedOptimizer.__init__ (lectures/02-data-parallelism-zero.md, section 4)")
+        raise NotImplementedError("implement ShardedOptimizer.__init__ (lectures/02-data-parallel-and-zero.md, section 4)")
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -58,7 +58,7 @@ class ShardedOptimizer:
 
     @torch.no_grad()
     def step(self) -> None:
-        raise NotImplementedError("implement ShardedOptimizer.step (lectures/02-data-parallelism-zero.md, section 4)")
+        raise NotImplementedError("implement ShardedOptimizer.step (lectures/02-data-parallel-and-zero.md, section 4)")
 
 
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:

@@ -23,7 +23,7 @@ md("intro", r"""
     In this notebook you run **your own** code from this folder: the ZeRO memory formula beside
     the optimizer state your `ShardedOptimizer` really keeps, your `DDP` training on 2 processes
     and when its all-reduces start, and what `checkpointed_forward` saves for backward.
-    Everything refers to the lecture, `lectures/02-data-parallelism-zero.md`.
+    Everything refers to the lecture, `lectures/02-data-parallel-and-zero.md`.
 
     | file | what | lecture section |
     | --- | --- | --- |

@@ -1,4 +1,4 @@
-"""Generate the figures of lecture 02-data-parallelism-zero.
+"""Generate the figures of lecture 02-data-parallel-and-zero.
 
     python lectures/scripts/zero_figures.py [--out DIR]
 
