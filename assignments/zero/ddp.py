@@ -93,7 +93,7 @@ def train_ddp(
     Returns the final parameters (state dict) and, per step, what went through dist.all_reduce:
     "calls", "elements" (summed numel) and "calls_before_backward_returned".
     """
-    model = MLP(variant, inputs.shape[-1])
+    model = MLP(variant, inputs.shape[-1]).to(inputs.dtype)
     model.load_state_dict(state)
     ddp = DDP(model, bucket_cap_mb)
     trainable = [p for p in model.parameters() if p.requires_grad]

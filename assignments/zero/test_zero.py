@@ -59,7 +59,7 @@ class MLP(nn.Module):
 
 
 def single_process(state, make_optimizer, inputs, targets):
-    model = MLP()
+    model = MLP().double()
     model.load_state_dict(state)
     opt = make_optimizer(model.parameters())
     for x, y in zip(inputs, targets):
@@ -70,10 +70,12 @@ def single_process(state, make_optimizer, inputs, targets):
 
 
 def data(salt: str):
+    """A state and batches in float64: AdamW divides by sqrt(v), which would turn float32 rounding
+    (a different order of summation across ranks) into visible differences."""
     torch.manual_seed(0)
-    state = {k: v.detach().clone() for k, v in MLP().state_dict().items()}
+    state = {k: v.detach().double() for k, v in MLP().state_dict().items()}
     gen = generator(salt)
-    inputs, targets = (torch.randn(STEPS, 2 * ROWS, WIDTH, generator=gen) for _ in range(2))
+    inputs, targets = (torch.randn(STEPS, 2 * ROWS, WIDTH, generator=gen, dtype=torch.float64) for _ in range(2))
     return state, inputs, targets
 
 
@@ -120,5 +122,5 @@ def test_sharded_optimizer_stage_1_on_two_ranks_trains_like_one_process(submissi
     for rank in range(2):
         for name, want in expected.items():
             assert_matches(got[rank]["state"][name], want, f"rank {rank}: {name}", 1e-5, 1e-6)
-    full = 2 * sum(4 * v.numel() for v in state.values())
+    full = 2 * sum(v.element_size() * v.numel() for v in state.values())  # AdamW: two moments
     assert sum(r["state_bytes"] for r in got) <= full + 8 * len(state), "the optimizer state must be split, not copied"

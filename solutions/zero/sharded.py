@@ -108,7 +108,7 @@ def train_sharded(
     Returns the final parameters, "state_bytes" (this rank's inner optimizer state after the
     last step) and "grad_bytes" (bytes of the .grad tensors this rank holds after the last step).
     """
-    model = MLP("plain", inputs.shape[-1])
+    model = MLP("plain", inputs.shape[-1]).to(inputs.dtype)
     model.load_state_dict(state)
     if optimizer == "sgd":
         opt = ShardedOptimizer(model.parameters(), torch.optim.SGD, stage, lr=lr, momentum=0.9)

@@ -42,6 +42,12 @@ def make_data(world_size: int, *salt: object) -> tuple[torch.Tensor, torch.Tenso
     return torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
 
 
+def in_float64(*values):
+    """Training-equality checks run in float64: AdamW divides by sqrt(v), which turns the
+    float32 rounding of a different summation order into visible differences where v is tiny."""
+    return [{k: t.double() for k, t in v.items()} if isinstance(v, dict) else v.double() for v in values]
+
+
 def rank_slice(batch: torch.Tensor, rank: int) -> torch.Tensor:
     """This rank's rows of every step's batch."""
     return batch[:, rank * ROWS_PER_RANK : (rank + 1) * ROWS_PER_RANK].contiguous()
@@ -58,7 +64,7 @@ def train_single_process(
 ) -> dict[str, torch.Tensor]:
     """One process, the whole batch each step: what data parallelism must reproduce. A
     parameter that gets no gradient is given a zero one (the DDP spec: unused contributes zeros)."""
-    model = MLP(variant)
+    model = MLP(variant).to(inputs.dtype)
     model.load_state_dict(state)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(optimizer, trainable, lr)
@@ -95,7 +101,7 @@ def train_zero_redundancy(
     import torch.distributed as dist
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    model = MLP("plain")
+    model = MLP("plain").to(inputs.dtype)
     model.load_state_dict(state)
     opt = ZeroRedundancyOptimizer(model.parameters(), torch.optim.AdamW, lr=lr, weight_decay=0.01)
     for x, y in zip(inputs, targets):

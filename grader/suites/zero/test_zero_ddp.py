@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from grader.sandbox import Saved, Step
-from grader.suites.zero.reference import make_data, make_state, rank_slice, train_single_process
+from grader.suites.zero.reference import in_float64, make_data, make_state, rank_slice, train_single_process
 from grader.testing import assert_matches
 
 TOL = (1e-5, 1e-6)
@@ -16,8 +16,9 @@ CAP_MB = 0.0015  # 1572 bytes: 3 buckets (a weight with its neighbouring biases)
 
 def run_ddp(submission, world_size: int, variant: str, optimizer: str, lr: float, cap_mb: float = CAP_MB):
     """Every rank's train_ddp result, and the single-process reference."""
-    state = make_state(variant, world_size, optimizer)
-    inputs, targets = make_data(world_size, variant, optimizer)
+    state, inputs, targets = in_float64(
+        make_state(variant, world_size, optimizer), *make_data(world_size, variant, optimizer)
+    )
     steps = []
     for rank in range(world_size):
         start = state if rank == 0 else {k: v + 0.5 * (rank + 1) for k, v in state.items()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from grader.sandbox import Step
-from grader.suites.zero.reference import make_data, make_state, rank_slice, train_single_process
+from grader.suites.zero.reference import in_float64, make_data, make_state, rank_slice, train_single_process
 from grader.testing import assert_matches, expect_exception
 
 TOL = (1e-5, 1e-6)
@@ -14,8 +14,10 @@ TOL = (1e-5, 1e-6)
 
 def run_sharded(submission, world_size: int, optimizer: str, stage: int):
     lr = 0.05 if optimizer == "sgd" else 0.01
-    state = make_state("plain", "sharded", world_size, optimizer, stage)
-    inputs, targets = make_data(world_size, "sharded", optimizer, stage)
+    state, inputs, targets = in_float64(
+        make_state("plain", "sharded", world_size, optimizer, stage),
+        *make_data(world_size, "sharded", optimizer, stage),
+    )
     steps = [
         [Step("train_sharded", (state, optimizer, stage, lr, rank_slice(inputs, r), rank_slice(targets, r)))]
         for r in range(world_size)
@@ -56,8 +58,7 @@ def test_sharded_optimizer_rejects_stage_3(submission):
 def test_sharded_optimizer_stage_1_matches_torch_zero_redundancy_optimizer(submission, library, record_property):
     """Compared with torch.distributed.optim.ZeroRedundancyOptimizer (AdamW, 2 ranks, same data):
     the same parameters, and no rank holds more optimizer state than torch's fullest rank."""
-    state = make_state("plain", "zero-redundancy")
-    inputs, targets = make_data(2, "zero-redundancy")
+    state, inputs, targets = in_float64(make_state("plain", "zero-redundancy"), *make_data(2, "zero-redundancy"))
     slices = [(rank_slice(inputs, r), rank_slice(targets, r)) for r in range(2)]
     steps = [[Step("train_sharded", (state, "adamw", 1, 0.01, x, y))] for x, y in slices]
     got = [rank[-1] for rank in submission.script_spmd(2, steps).steps]
