@@ -1,4 +1,4 @@
-"""`python -m grader`: grade, sync, list, bench.
+"""`python -m grader`: grade, sync, list, bench, and the delivery commands (grader/delivery/).
 
 Exit status: 0 when the command did its job (grading completed, whatever the score); 2 with a
 one-line reason when it could not run (bad arguments, a missing folder, a broken course.toml).
@@ -7,18 +7,17 @@ one-line reason when it could not run (bad arguments, a missing folder, a broken
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
 
 from grader.course import COURSE_ROOT, Course, CourseError, load_course
+from grader.delivery import COMMANDS
 from grader.report import FORMATS, render
 from grader.runner import GradingError
 from grader.sync import SyncError, stale, write_stubs
-
-
-class UsageError(Exception):
-    """The command cannot run as asked; the message is the one-line reason."""
+from grader.usage import UsageError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +45,22 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="reference figures beside library anchors and bounds")
     bench.add_argument("modules", nargs="*", metavar="MODULE")
+
+    for name, module in _delivery_commands().items():
+        module.add_arguments(commands.add_parser(name, help=module.HELP))
     return parser
+
+
+def _delivery_commands() -> dict:
+    """The delivery commands that exist in this tree (a student's release ships only some)."""
+    found = {}
+    for name, path in COMMANDS.items():
+        try:
+            found[name] = importlib.import_module(path)
+        except ModuleNotFoundError as error:
+            if error.name != path:
+                raise
+    return found
 
 
 def _modules(course: Course, names: list[str]) -> list[str]:
@@ -156,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             return _sync(course, options)
         if options.command == "list":
             return _list(course)
-        return _bench(course, options)
+        if options.command == "bench":
+            return _bench(course, options)
+        return _delivery_commands()[options.command].run(course, options)
     except (UsageError, CourseError, SyncError, GradingError) as error:
         print(f"grader: {error}", file=sys.stderr)
         return 2
