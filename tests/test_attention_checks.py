@@ -2,11 +2,12 @@
 flash_attention_torch (and the probe sees at least the inputs, so it is not blind); wasteful
 variants that are still correct fail it; calling SDPA inside the exercise is refused.
 
-GPU timing checks (grader/suites/attention/test_attention_gpu.py) need `--device cuda` and are
-not proved here."""
+The GPU timing check (grader/suites/attention/test_attention_gpu.py, time against SDPA) is proved
+both ways by the last test here, which needs a CUDA device: `make gpu-check` runs it."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import ROOT, build_variant, by_name, grade_json
 
 MEMORY = "test_flash_attention_torch_never_materialises_the_score_matrix"
@@ -66,3 +67,25 @@ def test_sdpa_inside_flash_attention_torch_is_refused(tmp_path):
             assert test["status"] == "failed", name
             assert test["extra_data"]["kind"] == "forbidden", test["output"]
             assert "scaled_dot_product_attention" in test["output"], test["output"]
+
+
+@pytest.mark.gpu
+def test_triton_time_check_passes_the_reference_and_fails_small_tiles_on_gpu(tmp_path):
+    """Against torch's scaled_dot_product_attention, same run: the reference is within 3x in both
+    modes; the 16 x 16-tile variant is still correct but is not."""
+    select = "time_against_sdpa and within_3x"
+    reference = by_name(
+        grade_json(
+            ROOT / "solutions", "attention", "--select", select, "--device", "cuda", out=tmp_path / "reference.json"
+        )
+    )
+    assert len(reference) == 2 and all(t["status"] == "passed" for t in reference.values()), reference
+    submission = build_variant("attention", "small_tiles_triton", tmp_path / "submission")
+    select += " or flash_attention_triton_matches_sdpa_on_the_gpu"
+    variant = by_name(
+        grade_json(submission, "attention", "--select", select, "--device", "cuda", out=tmp_path / "variant.json")
+    )
+    timed = {n: t for n, t in variant.items() if "time_against_sdpa" in n}
+    correct = {n: t for n, t in variant.items() if n not in timed}
+    assert correct and all(t["status"] == "passed" for t in correct.values()), correct
+    assert len(timed) == 2 and all(t["status"] == "failed" for t in timed.values()), timed

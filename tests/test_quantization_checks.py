@@ -5,8 +5,6 @@ exactly, and the operator count is not zero."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from conftest import ROOT, VARIANTS, build_variant, by_name, grade_json
 
@@ -107,8 +105,8 @@ def test_int8_storage_of_int4_counts_twice_the_data(tmp_path):
     assert data["bytes"] == data["bytes_bound"] + 256 * 512 // 2, data  # one byte per value, not half
 
 
-@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="the W4A16 timing check needs a GPU")
-def test_w4a16_timing_check_both_ways_on_gpu(tmp_path, reference_results):
+@pytest.mark.gpu
+def test_w4a16_timing_check_both_ways_on_gpu(tmp_path):
     select = "w4a16_kernel"
     reference = by_name(
         grade_json(
