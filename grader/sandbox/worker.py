@@ -157,6 +157,8 @@ class Worker:
             except BaseException as error:
                 self.reply(("error", {**_classify(error, self.directory), "step": index}))
                 return
+            if self.on_gpu and isinstance(result, torch.nn.Module):
+                result = result.cuda()  # a module built from sizes alone starts on the CPU; its inputs are on the GPU
             if step["save_as"]:
                 saved[step["save_as"]] = result
             results.append(to_grader(result) if step["send_back"] else None)

@@ -171,6 +171,10 @@ def _backward_dq_kernel(
     tl.store(DQ + qo, (dq * scale).to(DQ.dtype.element_ty), mask=m_ok[:, None] & d_ok)
 
 
+# Warps per program and pipeline stages (K/V tiles loaded ahead) of the forward kernel on a GPU.
+FORWARD_LAUNCH = {"num_warps": 4, "num_stages": 3}
+
+
 def _blocks(head_dim: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_D): tiles that fit on chip; smaller for the interpreter."""
     block_d = max(16, triton.next_power_of_2(head_dim))
@@ -214,7 +218,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         _forward_kernel[grid](
             q, k, v, out, lse, **_common(q, k), stride_ob=out.stride(0), stride_oh=out.stride(1),
             stride_om=out.stride(2), scale_log2=scale * LOG2E, CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n,
-            BLOCK_D=block_d, PRECISION=_precision(q),
+            BLOCK_D=block_d, PRECISION=_precision(q), **FORWARD_LAUNCH,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal = causal

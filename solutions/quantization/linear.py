@@ -36,65 +36,54 @@ def w4a16_matmul(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, gro
     if K % group_size or group_size % 16 or packed.numel() != N * K // 2:
         raise ValueError(f"shapes do not fit: x {tuple(x.shape)}, {packed.numel()} bytes, scale {tuple(scale.shape)}")
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
-    block_k = 16 if group_size == 16 else 32
-    grid = (triton.cdiv(M, 16), triton.cdiv(N, 64))
+    tiles = W4A16_TILES
+    grid = (triton.cdiv(M, tiles["BLOCK_M"]), triton.cdiv(N, tiles["BLOCK_N"]))
     _w4a16_kernel[grid](
-        x,
-        packed,
-        scale.contiguous(),
-        out,
-        M,
-        N,
-        K,
-        group_size,
-        x.stride(0),
-        x.stride(1),
-        out.stride(0),
-        out.stride(1),
-        BLOCK_M=16,
-        BLOCK_N=64,
-        BLOCK_K=block_k,
-    )
+        x, packed, scale.contiguous(), out, M, N, K, group_size,
+        x.stride(0), x.stride(1), out.stride(0), out.stride(1),
+        PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # exact float32 products, not TF32
+        **tiles,
+    )  # fmt: skip
     return out
     ### END SOLUTION
 
 
 ### BEGIN SOLUTION
+# A decode-shaped product (M of a few rows, N x K of millions of weights) is bound by reading the
+# weight, so the tiles favour many programs (N / BLOCK_N of them) each streaming long rows of bytes.
+W4A16_TILES = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
+
+
 @triton.jit
 def _w4a16_kernel(
-    x_ptr,
-    w_ptr,
-    s_ptr,
-    out_ptr,
-    M,
-    N,
-    K,
-    group_size,
-    stride_xm,
-    stride_xk,
-    stride_om,
-    stride_on,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """out[m, n] = sum_k x[m, k] * q[n, k] * s[n, k // group_size], one BLOCK_M x BLOCK_N tile."""
+    x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, group_size,
+    stride_xm, stride_xk, stride_om, stride_on,
+    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """out[m, n] = sum_k x[m, k] * q[n, k] * s[n, k // group_size], one BLOCK_M x BLOCK_N tile.
+
+    Byte j of row n holds q[n, 2j] in its low nibble and q[n, 2j + 1] in its high one, so the
+    bytes are loaded as they lie (consecutive along K) and x is split into its even and odd
+    columns instead of interleaving nibbles: x q^T = x_even lo^T + x_odd hi^T."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     groups = K // group_size
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        x_mask = (rm[:, None] < M) & (rk[None, :] < K)
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :] * stride_xk, mask=x_mask, other=0.0)
-        # The weight tile transposed, [BLOCK_K, BLOCK_N]: byte k // 2 of row n holds q[n, k]
-        # in its low (k even) or high (k odd) nibble, as 4-bit two's complement.
-        w_mask = (rk[:, None] < K) & (rn[None, :] < N)
-        byte = tl.load(w_ptr + rn[None, :] * (K // 2) + rk[:, None] // 2, mask=w_mask, other=0).to(tl.int32)
-        nibble = (byte >> ((rk[:, None] % 2) * 4)) & 0xF
-        q = nibble - ((nibble & 8) << 1)
-        scale = tl.load(s_ptr + rn[None, :] * groups + rk[:, None] // group_size, mask=w_mask, other=0.0)
-        acc += tl.dot(x, (q.to(tl.float32) * scale).to(x.dtype))
+        j = k0 // 2 + tl.arange(0, BLOCK_K // 2)  # byte index within a row of the weight
+        x_mask = (rm[:, None] < M) & (j[None, :] < K // 2)
+        x_row = x_ptr + rm[:, None] * stride_xm
+        x_even = tl.load(x_row + (2 * j)[None, :] * stride_xk, mask=x_mask, other=0.0)
+        x_odd = tl.load(x_row + (2 * j + 1)[None, :] * stride_xk, mask=x_mask, other=0.0)
+        # The weight tile transposed, [BLOCK_K / 2, BLOCK_N]: each byte read once, both nibbles used.
+        w_mask = (j[:, None] < K // 2) & (rn[None, :] < N)
+        byte = tl.load(w_ptr + rn[None, :] * (K // 2) + j[:, None], mask=w_mask, other=0).to(tl.int32)
+        low, high = byte & 0xF, (byte >> 4) & 0xF
+        low, high = low - ((low & 8) << 1), high - ((high & 8) << 1)  # 4-bit two's complement: -8..7
+        # Both nibbles of a byte fall in the same group (group_size is even).
+        scale = tl.load(s_ptr + rn[None, :] * groups + (2 * j[:, None]) // group_size, mask=w_mask, other=0.0)
+        acc += tl.dot(x_even, (low * scale).to(x_even.dtype), input_precision=PRECISION)
+        acc += tl.dot(x_odd, (high * scale).to(x_odd.dtype), input_precision=PRECISION)
     out_mask = (rm[:, None] < M) & (rn[None, :] < N)
     tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :] * stride_on, acc, mask=out_mask)
 
