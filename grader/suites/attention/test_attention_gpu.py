@@ -87,11 +87,12 @@ def _check(ratio, limit: float, case: Case, mode: str, record_property) -> None:
     )
 
 
-# Points scale with the ratio to SDPA: every tier passed adds its points.
+# Points scale with the ratio to SDPA: every tier passed adds its points. On an H200 (torch 2.11,
+# Triton 3.6) the reference kernels measured 1.46-1.68x SDPA forward and 1.86-1.93x forward plus
+# backward, so the tighter tier is 2.25x: the reference passes it with about 15% to spare.
 TIERS = [
-    pytest.param(3.0, marks=pytest.mark.points(3), id="within_3x"),
-    pytest.param(1.5, marks=pytest.mark.points(2), id="within_1.5x"),
-    pytest.param(1.1, marks=pytest.mark.points(2), id="within_1.1x"),
+    pytest.param(3.0, marks=pytest.mark.points(4), id="within_3x"),
+    pytest.param(2.25, marks=pytest.mark.points(3), id="within_2.25x"),
 ]
 
 
@@ -100,7 +101,7 @@ TIERS = [
 @pytest.mark.parametrize("limit", TIERS)
 def test_flash_attention_triton_time_against_sdpa(submission, library, mode, limit, record_property):
     """TIMED (B=2, H=16, N=4096, d=64, bf16, causal): time per call over SDPA's, same job."""
-    ratio = _ratio(submission, library, TIMED, mode, copies=4, limit=1.1)
+    ratio = _ratio(submission, library, TIMED, mode, copies=4, limit=2.25)
     _check(ratio, limit, TIMED, mode, record_property)
 
 

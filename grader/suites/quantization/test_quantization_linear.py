@@ -95,11 +95,16 @@ def test_w4a16_kernel_matches_dequantized_matmul(submission, m, n, k, group_size
 W4A16_SHAPE = (16, 8192, 8192)  # decode-like: 16 rows of activations, an 8192 x 8192 weight
 W4A16_RATIO_LIMIT = 1.5
 W4A16_REPEATS = 50
+# Measured on an H200 (torch 2.11, Triton 3.6): the reference kernel takes 5.6-9.8x a bf16 matmul,
+# so this check cannot yet pass the reference nor fail a dequantize-then-matmul variant. It stays
+# out of the grade until a reference kernel within the limit has been measured.
+W4A16_PENDING = "W4A16 timing is not graded yet: the reference kernel measures 5.6-9.8x a bf16 matmul on an H200"
 
 
 @pytest.mark.gpu
 @pytest.mark.perf
 @pytest.mark.points(4)
+@pytest.mark.skip(reason=W4A16_PENDING)
 def test_w4a16_kernel_time_against_bf16_matmul(submission, library, record_property):
     """Memory-bound decode shape: reading 4-bit weights should not be slower than reading bf16
     ones. Seconds per call of the kernel (a script of repeated calls, synchronised at the end)
