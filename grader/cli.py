@@ -156,6 +156,9 @@ def _list(course: Course) -> int:
 def _bench(course: Course, options: argparse.Namespace) -> int:
     from grader.bench import run_benchmarks
 
+    if not (course.root / "solutions").is_dir():
+        raise UsageError("bench measures the reference solutions, and there is no solutions/ folder here")
+
     run_benchmarks(course, _modules(course, options.modules))
     return 0
 
