@@ -35,6 +35,9 @@ bench: $(STAMP)  ## reference figures beside library anchors and physical bounds
 sync: $(STAMP)  ## regenerate assignments/ stubs from solutions/
 	@$(BIN)/python -m grader sync $(ARGS)
 
+release: $(STAMP)  ## the student template repository for GitHub Classroom: make release ARGS="--out DIR"
+	@$(BIN)/python -m grader release $(ARGS)
+
 gpu-check: $(STAMP)  ## GPU-only checks (needs a CUDA device); reports in gpu-check/
 	@PYTHON=$(BIN)/python .ci/gpu-check $(ARGS)
 

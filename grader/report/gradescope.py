@@ -2,7 +2,9 @@
 
 Fields follow Gradescope's autograder specification: `score`, `max_score`, `status`
 ("passed"/"failed"), `name`, `output`, `visibility`, `extra_data`; `execution_time` in seconds.
-Measured numbers (bytes sent, time ratios) go in `extra_data`.
+Measured numbers (bytes sent, time ratios) go in `extra_data`. On a GPU, the measurements named
+`leaderboard*` (e.g. attention's `leaderboard_ms`) also go to the `leaderboard` section, lower
+first for a time (`*_ms`, `*_s`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,25 @@ from __future__ import annotations
 import json
 
 from grader.results import PASSED, GradeReport
+
+LEADERBOARD_PREFIX = "leaderboard"
+
+
+def leaderboard(report: GradeReport) -> list[dict]:
+    """Gradescope leaderboard entries: the `leaderboard*` measurements of a GPU run (a time
+    measured on a CPU says nothing about a kernel, so a CPU run has none)."""
+    if report.device != "cuda":
+        return []
+    entries = []
+    for module in report.modules:
+        for test in module.tests:
+            for key, value in test.measurements.items():
+                if key.startswith(LEADERBOARD_PREFIX) and isinstance(value, (int, float)):
+                    entry = {"name": f"{module.name}: {key}", "value": value}
+                    if key.endswith(("_ms", "_s")):
+                        entry["order"] = "asc"
+                    entries.append(entry)
+    return entries
 
 
 def gradescope_json(report: GradeReport, *, hidden_visibility: str = "visible") -> str:
@@ -41,4 +62,7 @@ def gradescope_json(report: GradeReport, *, hidden_visibility: str = "visible") 
         "stdout_visibility": "hidden",
         "tests": tests,
     }
+    entries = leaderboard(report)
+    if entries:
+        result["leaderboard"] = entries
     return json.dumps(result, indent=2)
