@@ -1,0 +1,198 @@
+"""`python -m grader batch`: a small class graded in parallel, one grader process per student.
+
+Only a cheap slice of module attention is graded (SELECT), about 3 s per student: the batch
+machinery is under test here, not the suites.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, run_grader
+
+SELECT = "cache_bytes or uses_the_given_scale"
+GRADE = ["attention", "--no-perf", "-k", SELECT]
+EXPECTED = {
+    "ann": {"attention": "100", "total": "100", "max": "100", "status": "graded"},
+    "cat": {"attention": "0", "total": "0", "max": "100", "status": "graded"},
+    "dan": {"attention": "0", "total": "0", "max": "100", "status": "graded"},
+    "fay": {"attention": "", "total": "0", "max": "100", "status": "no module folders found"},
+}
+CRASH_AT_IMPORT = 'import os\nprint("<script>alert(1)</script>", flush=True)\nos._exit(3)\n'
+
+
+def make_class(root: Path) -> Path:
+    """ann: an nbgrader submitted/ folder with the solutions; cat: a Classroom repository with the
+    stubs; dan: a submission folder with the solutions and a file that prints markup and calls
+    os._exit at import; fay: no module folder at all."""
+    submissions = root / "submissions"
+    shutil.copytree(ROOT / "solutions" / "attention", submissions / "ann" / "attention")
+    (submissions / "ann" / "attention" / "timestamp.txt").write_text("2026-11-29 12:00:00 UTC\n")
+    shutil.copytree(ROOT / "assignments" / "attention", submissions / "cat" / "assignments" / "attention")
+    (submissions / "cat" / "README.md").write_text("my course repository\n")
+    shutil.copytree(ROOT / "solutions" / "attention", submissions / "dan" / "attention")
+    with open(submissions / "dan" / "attention" / "reference.py", "a") as file:
+        file.write(CRASH_AT_IMPORT)
+    (submissions / "fay").mkdir()
+    (submissions / "fay" / "notes.txt").write_text("forgot to submit\n")
+    return submissions
+
+
+def batch(*args: str) -> subprocess.CompletedProcess:
+    completed = run_grader("batch", *args, timeout=300)
+    assert completed.returncode == 0, f"batch exited {completed.returncode}:\n{completed.stdout}\n{completed.stderr}"
+    return completed
+
+
+def grades(out: Path) -> dict[str, dict[str, str]]:
+    with open(out / "grades.csv", newline="") as file:
+        return {row.pop("student"): row for row in csv.DictReader(file)}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The class graded once with two jobs; grades.csv as that first run wrote it."""
+    root = tmp_path_factory.mktemp("batch")
+    submissions, out = make_class(root), root / "out"
+    completed = batch("--submissions", str(submissions), "--out", str(out), "--jobs", "2", *GRADE)
+    return {"submissions": submissions, "out": out, "stdout": completed.stdout, "csv": (out / "grades.csv").read_text()}
+
+
+def test_batch_grades_every_layout_and_a_crashing_student_affects_no_one(graded):
+    out = graded["out"]
+    assert grades(out) == EXPECTED, f"grades.csv is wrong:\n{graded['csv']}\nbatch said:\n{graded['stdout']}"
+    for student in ("ann", "cat", "dan"):
+        for name in ("results.json", "feedback.md", "feedback.html"):
+            assert (out / student / name).is_file(), f"batch wrote no {student}/{name}"
+    assert not (out / "fay").exists(), "a student without module folders got an output folder"
+    # dan's printed markup reaches the messages; it must stay text in HTML.
+    page = (out / "dan" / "feedback.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page, "dan's crash output is missing from feedback.html"
+    assert "<script>" not in page, "a student's printed <script> became markup in feedback.html"
+    assert "exited with code 3" in (out / "dan" / "feedback.md").read_text()
+    # Hidden tests are named with their verdict, never shown with their source.
+    feedback = (out / "cat" / "feedback.md").read_text() + (out / "cat" / "feedback.html").read_text()
+    assert "test_attention_uses_the_given_scale" in feedback, "a hidden test is missing from the feedback"
+    for path in (ROOT / "grader" / "suites" / "attention").glob("*.py"):
+        for line in path.read_text().splitlines():
+            code = line.strip()
+            if len(code) >= 20 and not code.startswith(("def ", "@", '"', "'", "#", "from ", "import ")):
+                assert code not in feedback, f"feedback shows source of the hidden suite {path.name}: {code}"
+
+
+def test_rerun_skips_graded_students_and_regrades_a_changed_one(graded):
+    submissions, out = graded["submissions"], graded["out"]
+    common = ["--submissions", str(submissions), "--out", str(out), *GRADE]
+    stamps = {s: (out / s / "results.json").stat().st_mtime_ns for s in ("ann", "cat", "dan")}
+
+    again = batch(*common)
+    assert "graded 0, skipped 3" in again.stdout, f"a re-run graded again:\n{again.stdout}"
+    assert {s: (out / s / "results.json").stat().st_mtime_ns for s in stamps} == stamps
+    assert grades(out) == EXPECTED, "grades.csv was not rebuilt from the results on a re-run"
+
+    os.utime(submissions / "cat" / "assignments" / "attention" / "mla.py")  # saved again after grading
+    edited = batch(*common)
+    assert "graded 1, skipped 2" in edited.stdout and "cat (classroom): graded" in edited.stdout, edited.stdout
+    assert grades(out) == EXPECTED, "regrading a student changed the class's grades"
+
+
+def test_forced_shards_merged_equal_the_unsharded_grades_and_disagreeing_overlaps_are_refused(graded, tmp_path):
+    """Both shards run in copies of the graded class: shard 0/2 keeps its current results and
+    shard 1/2 is --forced, so it must regrade its students although their results are current."""
+    parts = [tmp_path / "part-0", tmp_path / "part-1"]
+    for part in parts:
+        shutil.copytree(graded["out"], part)
+    stamps = {s: (graded["out"] / s / "results.json").stat().st_mtime_ns for s in ("ann", "cat")}
+    common = ["--submissions", str(graded["submissions"]), *GRADE, "--jobs", "2"]
+    kept = batch(*common, "--out", str(parts[0]), "--shard", "0/2")
+    assert "graded 0, skipped 2" in kept.stdout, f"shard 0/2 (ann, dan) regraded:\n{kept.stdout}"
+    forced = batch(*common, "--out", str(parts[1]), "--shard", "1/2", "--force")
+    assert "graded 1, skipped 0" in forced.stdout, f"--force did not regrade shard 1/2 (cat, fay):\n{forced.stdout}"
+    assert (parts[1] / "cat" / "results.json").stat().st_mtime_ns != stamps["cat"], "--force did not regrade cat"
+    assert (parts[1] / "ann" / "results.json").stat().st_mtime_ns == stamps["ann"], "shard 1/2 regraded ann"
+    assert list(grades(parts[0])) == ["ann", "dan"] and list(grades(parts[1])) == ["cat", "fay"]
+
+    merged = tmp_path / "merged"
+    batch("merge", "--out", str(merged), *map(str, parts))
+    assert (merged / "grades.csv").read_text() == graded["csv"], "merged shards differ from the unsharded run"
+    for student in ("ann", "cat", "dan"):
+        assert (merged / student / "feedback.html").is_file(), f"merge did not bring {student}'s feedback"
+
+    # A third part that graded ann differently must be refused, and nothing written.
+    other = tmp_path / "other"
+    shutil.copytree(parts[0], other)
+    text = (other / "grades.csv").read_text().replace("ann,100,100,100", "ann,50,50,100")
+    (other / "grades.csv").write_text(text)
+    refused = run_grader("batch", "merge", "--out", str(tmp_path / "never"), str(parts[0]), str(other))
+    assert refused.returncode == 2 and "'ann'" in refused.stderr, refused.stderr
+    assert not (tmp_path / "never").exists(), "a refused merge wrote output"
+
+
+FORK_AND_HANG = """
+import os, time
+for _ in range(3):  # 8 processes, each hanging
+    os.fork()
+open(os.path.join({folder!r}, str(os.getpid())), "w").close()
+while True:
+    time.sleep(1)
+"""
+
+
+def _alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead
+    except FileNotFoundError:
+        return False
+
+
+def test_a_student_past_the_wall_limit_is_stopped_with_every_process_it_started(tmp_path):
+    submissions, pids = tmp_path / "submissions", tmp_path / "pids"
+    pids.mkdir()
+    shutil.copytree(ROOT / "solutions" / "attention", submissions / "zed" / "attention")
+    with open(submissions / "zed" / "attention" / "reference.py", "a") as file:
+        file.write(FORK_AND_HANG.format(folder=str(pids)))
+    started = time.perf_counter()
+    batch("--submissions", str(submissions), "--out", str(tmp_path / "out"), "--student-limit", "15", *GRADE)
+    assert time.perf_counter() - started < 60, "the batch did not stop the hanging student at its limit"
+    row = grades(tmp_path / "out")["zed"]
+    assert row == {
+        "attention": "",
+        "total": "0",
+        "max": "100",
+        "status": "error: grading took longer than 15 s and was stopped",
+    }
+    forked = [int(p.name) for p in pids.iterdir()]
+    assert len(forked) == 8, f"{len(forked)} of 8 forked processes started: the machine is too slow for a 15 s limit"
+    survivors = [pid for pid in forked if _alive(pid)]
+    assert not survivors, f"processes the student forked outlived its grading: {survivors}"
+
+
+def test_the_kubernetes_indexed_job_runs_its_shard_of_the_class(tmp_path):
+    """The manifest's container command, run by sh as the pod would with its env, grades shard k/N."""
+    job = yaml.safe_load((ROOT / "deploy" / "k8s" / "batch-grading-job.yaml").read_text())
+    assert job["kind"] == "Job" and job["spec"]["completionMode"] == "Indexed"
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SHARDS"] == str(job["spec"]["completions"]), "SHARDS must equal the Job's completions"
+    (tmp_path / "submissions").mkdir()
+    script = container["args"][0].replace("/data", str(tmp_path)).replace("python ", f"{sys.executable} ", 1)
+    completed = subprocess.run(
+        [*container["command"], script],
+        cwd=ROOT,
+        env={**os.environ, **env, "JOB_COMPLETION_INDEX": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert f"(shard 1/{env['SHARDS']})" in completed.stdout, completed.stdout
+    assert (tmp_path / "out" / "part-1" / "grades.csv").is_file(), "pod 1 did not write its part"
