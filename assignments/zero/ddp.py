@@ -16,6 +16,8 @@ as its last gradient arrives overlaps communication with the rest of backward.
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -77,6 +79,50 @@ class MLP(nn.Module):
         return self.out(torch.tanh(self.hidden(torch.tanh(self.inp(x)))))
 
 
+class Block(nn.Module):
+    """Given: a pre-norm transformer block on (batch, seq, width), causal attention with 2 heads:
+
+    x = x + proj(attention(ln1(x)));  x = x + fc2(gelu(fc1(ln2(x))))
+    """
+
+    def __init__(self, width: int, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.fc1, self.fc2 = nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / (c // self.heads) ** 0.5  # (b, heads, t, t)
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        attention = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+        x = x + self.proj(attention.transpose(1, 2).reshape(b, t, c))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+class Transformer(nn.Module):
+    """Given: two Blocks and a linear head, on inputs of shape (batch, seq, width)."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.block1, self.block2, self.head = Block(width), Block(width), nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block2(self.block1(x)))
+
+
+def make_model(variant: str, width: int) -> nn.Module:
+    """Given: Transformer(width) for variant "transformer"; for "deep" (the model the grader
+    times), 8 Linear(width, width) layers each followed by tanh; else MLP(variant, width)."""
+    if variant == "transformer":
+        return Transformer(width)
+    if variant == "deep":
+        return nn.Sequential(*(module for _ in range(8) for module in (nn.Linear(width, width), nn.Tanh())))
+    return MLP(variant, width)
+
+
 def train_ddp(
     variant: str,
     state: dict[str, torch.Tensor],
@@ -86,14 +132,17 @@ def train_ddp(
     targets: torch.Tensor,
     bucket_cap_mb: float,
 ) -> dict[str, object]:
-    """Given (the grader calls it on every rank): MLP(variant) loaded from `state`, wrapped in
+    """Given (the grader calls it on every rank): make_model(variant) loaded from `state`, wrapped in
     DDP, trained one optimizer step per batch (inputs[i], targets[i]: this rank's slices) on the
     mean squared error; optimizer "sgd" (momentum 0.9) or "adamw" (weight decay 0.01).
 
     Returns the final parameters (state dict) and, per step, what went through dist.all_reduce:
-    "calls", "elements" (summed numel) and "calls_before_backward_returned".
+    "calls", "elements" (summed numel) and "calls_before_backward_returned"; and a timeline in
+    seconds from the start of backward: "grad_ready_s" (when each parameter's gradient was
+    accumulated), "allreduce_start_s" (each call), "backward_end_s" and "synchronized_s" (when
+    finish_gradient_synchronization returned).
     """
-    model = MLP(variant, inputs.shape[-1]).to(inputs.dtype)
+    model = make_model(variant, inputs.shape[-1]).to(inputs.dtype)
     model.load_state_dict(state)
     ddp = DDP(model, bucket_cap_mb)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -102,23 +151,37 @@ def train_ddp(
     else:
         opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.01)
     calls: list[int] = []
+    starts: list[float] = []
+    ready: list[float] = []
     original = dist.all_reduce
 
     def counting(tensor, *args, **kwargs):
         calls.append(tensor.numel())
+        starts.append(time.perf_counter())
         return original(tensor, *args, **kwargs)
 
-    stats: dict[str, list[int]] = {"calls": [], "elements": [], "calls_before_backward_returned": []}
+    for p in trainable:
+        p.register_post_accumulate_grad_hook(lambda _: ready.append(time.perf_counter()))
+    counted = ("calls", "elements", "calls_before_backward_returned")
+    timeline = ("grad_ready_s", "allreduce_start_s", "backward_end_s", "synchronized_s")
+    stats: dict[str, list] = {key: [] for key in (*counted, *timeline)}
     dist.all_reduce = counting
     try:
         for x, y in zip(inputs, targets):
-            calls.clear()
+            for events in (calls, starts, ready):
+                events.clear()
             opt.zero_grad(set_to_none=True)
-            torch.nn.functional.mse_loss(ddp(x), y).backward()
+            loss = torch.nn.functional.mse_loss(ddp(x), y)
+            begin = time.perf_counter()
+            loss.backward()
+            stats["backward_end_s"].append(time.perf_counter() - begin)
             stats["calls_before_backward_returned"].append(len(calls))
             ddp.finish_gradient_synchronization()
+            stats["synchronized_s"].append(time.perf_counter() - begin)
             stats["calls"].append(len(calls))
             stats["elements"].append(sum(calls))
+            stats["grad_ready_s"].append([t - begin for t in ready])
+            stats["allreduce_start_s"].append([t - begin for t in starts])
             opt.step()
     finally:
         dist.all_reduce = original

@@ -2,11 +2,14 @@
 
     pytest assignments/zero                  (add -s to see what your code prints)
 
-Your functions run in worker processes, never inside pytest; DDP and ShardedOptimizer run on
-worlds of 2 gloo processes through the given helpers train_ddp and train_sharded. The hidden
-suite checks more models (frozen, tied and unused parameters), 4 ranks, ZeRO stage 2, and
-counts: saved activation bytes, all-reduce calls and elements per step, the overlap with
-backward, and optimizer-state and gradient bytes per rank; `make grade` gives the score.
+Your functions run in worker processes, never inside pytest; DDP, ShardedOptimizer and
+fully_shard run on worlds of 2 gloo processes through the given helpers train_ddp,
+train_sharded and train_fsdp. The hidden suite checks more models (frozen, tied and unused
+parameters, a transformer), 4 ranks, ZeRO stage 2, torch's own DistributedDataParallel and
+ZeroRedundancyOptimizer, and counts: saved activation bytes, all-reduce calls and elements per
+step, the overlap with backward, optimizer-state and gradient bytes per rank, the parameter
+bytes fully_shard keeps between layers; it also times DDP against torch's. `make grade` gives
+the score.
 """
 
 from __future__ import annotations
@@ -124,3 +127,37 @@ def test_sharded_optimizer_stage_1_on_two_ranks_trains_like_one_process(submissi
             assert_matches(got[rank]["state"][name], want, f"rank {rank}: {name}", 1e-5, 1e-6)
     full = 2 * sum(v.element_size() * v.numel() for v in state.values())  # AdamW: two moments
     assert sum(r["state_bytes"] for r in got) <= full + 8 * len(state), "the optimizer state must be split, not copied"
+
+
+def test_fully_shard_on_two_ranks_trains_like_one_process(submission):
+    state, inputs, targets = data("public-fsdp")
+    steps = [
+        [
+            Step(
+                "train_fsdp",
+                (
+                    "plain",
+                    state,
+                    "sgd",
+                    0.05,
+                    inputs[:, r * ROWS : (r + 1) * ROWS],
+                    targets[:, r * ROWS : (r + 1) * ROWS],
+                ),
+            )
+        ]
+        for r in range(2)
+    ]
+    got = [rank[-1] for rank in submission.script_spmd(2, steps).steps]
+    expected = single_process(state, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), inputs, targets)
+    for layer in ("inp", "hidden", "out"):
+        # Each rank keeps one half of the layer's flattened (weight, bias): 16 * 16 + 16 = 272 elements.
+        shards = [got[r]["shards"][layer] for r in range(2)]
+        assert [s.numel() for s in shards] == [136, 136], f"{layer}: each rank's flat_shard should hold 136 elements"
+        weight, bias = torch.cat(shards).split([WIDTH * WIDTH, WIDTH])
+        assert_matches(
+            weight.view(WIDTH, WIDTH), expected[f"{layer}.weight"], f"{layer}.weight from the shards", 1e-5, 1e-6
+        )
+        assert_matches(bias, expected[f"{layer}.bias"], f"{layer}.bias from the shards", 1e-5, 1e-6)
+    bound = 8 * 3 * 136 + 8 * 272 + 1024  # the shards, one layer, and a little for activations
+    resident = max(max(step) for step in got[0]["resident_bytes"])
+    assert resident <= bound, f"rank 0 held {resident} bytes of parameters between layers (at most {bound})"

@@ -22,7 +22,8 @@ md("intro", r"""
 
     In this notebook you run **your own** code from this folder: the ZeRO memory formula beside
     the optimizer state your `ShardedOptimizer` really keeps, your `DDP` training on 2 processes
-    and when its all-reduces start, and what `checkpointed_forward` saves for backward.
+    and a timeline of its all-reduces against backward, the parameters `fully_shard` keeps
+    between layers, and what `checkpointed_forward` saves for backward.
     Everything refers to the lecture, `lectures/02-data-parallel-and-zero.md`.
 
     | file | what | lecture section |
@@ -30,6 +31,7 @@ md("intro", r"""
     | `memory.py` | `zero_memory_per_rank` | 3 |
     | `ddp.py` | `DDP` | 2 |
     | `sharded.py` | `ShardedOptimizer` | 4 |
+    | `fsdp.py` | `fully_shard` | 5 |
     | `checkpoint.py` | `checkpointed_forward` | 6 |
 
     **Grading.** This notebook is not graded. `make grade` gives your score;
@@ -37,7 +39,7 @@ md("intro", r"""
 
     **How your code runs here.** Your files are imported by worker processes, never by this
     notebook; distributed code runs on a world of 2 workers joined by gloo. The given helpers
-    (`train_ddp`, `train_sharded`, `saved_bytes_and_grads`) build the model in the worker, train
+    (`train_ddp`, `train_sharded`, `train_fsdp`, `saved_bytes_and_grads`) build the model in the worker, train
     it and send back numbers. A cell that needs a function you have not written yet stops with a
     one-line message naming it.
 """)
@@ -140,8 +142,73 @@ code("ddp", """
     print("calls started before backward returned:", ranks[0]["calls_before_backward_returned"])
 """)
 
+md("timeline-md", r"""
+    ### A timeline: communication during backward
+
+    The given `train_ddp` also records, from the start of each backward, when every gradient was
+    accumulated, when each `dist.all_reduce` was started, when `loss.backward()` returned and when
+    `finish_gradient_synchronization()` returned. Here the "deep" model (8 layers, 16 parameters)
+    with buckets of about 2 KB, so that there are several: with overlap, the bucket all-reduces
+    start while gradients are still arriving, and only the last one is waited for after backward.
+""")
+
+code("timeline", """
+    data = batches(2)
+    deep = {k: v.detach().clone() for k, v in torch.nn.Sequential(
+        *(m for _ in range(8) for m in (torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()))
+    ).state_dict().items()}
+    result = zero.script_spmd(
+        2, [[Step("train_ddp", ("deep", deep, "sgd", 0.05, x, y, 0.002))] for x, y in data]
+    )
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    for rank, steps in enumerate(result.steps):
+        run, step = steps[-1], STEPS - 1  # the last step: warm
+        backward, synced = 1e3 * run["backward_end_s"][step], 1e3 * run["synchronized_s"][step]
+        ready = [1e3 * t for t in run["grad_ready_s"][step]]
+        started = [1e3 * t for t in run["allreduce_start_s"][step]]
+        first = rank == 0  # label each kind of mark once
+        ax.barh(rank, backward, color="tab:blue", alpha=0.3, label="backward" if first else None)
+        ax.barh(rank, synced - backward, left=backward, color="tab:red", alpha=0.3,
+                label="waiting after backward" if first else None)
+        ax.plot(ready, [rank + 0.2] * len(ready), "k|", label="gradient ready" if first else None)
+        ax.plot(started, [rank - 0.2] * len(started), "rv", label="all_reduce started" if first else None)
+    ax.set(yticks=[0, 1], yticklabels=["rank 0", "rank 1"], xlabel="ms from the start of backward",
+           title="DDP: bucket all-reduces start during backward")
+    ax.legend(fontsize=7, loc="upper right")
+    plt.show()
+""")
+
+md("fsdp-md", r"""
+    ## 3. ZeRO-3: what fully_shard keeps, and memory per stage (sections 4 and 5)
+
+    Your `fully_shard` trains the MLP on 2 and 4 ranks through the given `train_fsdp`, which counts
+    the bytes of every storage alive at each layer boundary (minus the plain model's
+    activations). Beside it, the same AdamW training with your `ShardedOptimizer` at stages 1
+    and 2: bytes of optimizer state and of gradients a rank holds. Everything is float32 here,
+    the model has `num_params` parameters: the full parameters are `4 * num_params` bytes.
+""")
+
+code("fsdp", """
+    print(f"the model: {4 * num_params} bytes of parameters, {4 * num_params} of gradients, "
+          f"{8 * num_params} of AdamW state")
+    for p in worlds:
+        data = batches(p)
+        fsdp = zero.script_spmd(p, [[Step("train_fsdp", ("plain", state, "adamw", 0.01, x, y))] for x, y in data])
+        resident = max(max(max(step) for step in rank[-1]["resident_bytes"]) for rank in fsdp.steps)
+        after = max(max(rank[-1]["after_backward_bytes"]) for rank in fsdp.steps)
+        print(f"p={p}: ZeRO-3 parameters between layers <= {resident} bytes per rank "
+              f"(1/p of the model: {4 * num_params / p:.0f}); after backward (shards + their gradients) {after}")
+        for stage in (1, 2):
+            sharded = zero.script_spmd(
+                p, [[Step("train_sharded", (state, "adamw", stage, 0.01, x, y))] for x, y in data]
+            )
+            ranks = [r[-1] for r in sharded.steps]
+            print(f"      ZeRO-{stage}: optimizer state per rank {[r['state_bytes'] for r in ranks]}, "
+                  f"gradients per rank {[r['grad_bytes'] for r in ranks]}")
+""")
+
 md("ckpt-md", r"""
-    ## 3. Activation checkpointing: bytes saved for backward (section 6)
+    ## 4. Activation checkpointing: bytes saved for backward (section 6)
 
     16 blocks, batch 4, width 8, float64: one block output is 256 bytes. The plain forward saves
     17 of them (the input and every tanh output); with $s$ segments only $s$ are saved.

@@ -29,16 +29,57 @@ class MLP(nn.Module):
         return self.out(torch.tanh(self.hidden(torch.tanh(self.inp(x)))))
 
 
+class Block(nn.Module):
+    """The same architecture as the given ddp.Block (pre-norm, causal attention, 2 heads)."""
+
+    def __init__(self, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+        self.qkv, self.proj = nn.Linear(WIDTH, 3 * WIDTH), nn.Linear(WIDTH, WIDTH)
+        self.fc1, self.fc2 = nn.Linear(WIDTH, 2 * WIDTH), nn.Linear(2 * WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # torch's own attention
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class Transformer(nn.Module):
+    """The same architecture as the given ddp.Transformer: two Blocks and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block1, self.block2, self.head = Block(), Block(), nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block2(self.block1(x)))
+
+
+def make_model(variant: str) -> nn.Module:
+    """The given ddp.make_model's models."""
+    if variant == "transformer":
+        return Transformer()
+    if variant == "deep":
+        return nn.Sequential(*(module for _ in range(8) for module in (nn.Linear(WIDTH, WIDTH), nn.Tanh())))
+    return MLP(variant)
+
+
 def make_state(variant: str, *salt: object) -> dict[str, torch.Tensor]:
-    """A random initial state dict of MLP(variant)."""
+    """A random initial state dict of make_model(variant)."""
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator("zero-state", variant, *salt))))
-    return {k: v.detach().clone() for k, v in MLP(variant).state_dict().items()}
+    return {k: v.detach().clone() for k, v in make_model(variant).state_dict().items()}
 
 
-def make_data(world_size: int, *salt: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """inputs, targets of shape (STEPS, world_size * ROWS_PER_RANK, WIDTH)."""
-    gen = generator("zero-data", world_size, *salt)
-    shape = (STEPS, world_size * ROWS_PER_RANK, WIDTH)
+def make_data(
+    world_size: int, *salt: object, seq: int | None = None, steps: int = STEPS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """inputs, targets of shape (steps, world_size * ROWS_PER_RANK, WIDTH), or with a sequence
+    dimension (steps, world_size * ROWS_PER_RANK, seq, WIDTH) for the transformer."""
+    gen = generator("zero-data", world_size, seq, *salt)
+    shape = (steps, world_size * ROWS_PER_RANK, *([seq] if seq else []), WIDTH)
     return torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
 
 
@@ -64,7 +105,7 @@ def train_single_process(
 ) -> dict[str, torch.Tensor]:
     """One process, the whole batch each step: what data parallelism must reproduce. A
     parameter that gets no gradient is given a zero one (the DDP spec: unused contributes zeros)."""
-    model = MLP(variant).to(inputs.dtype)
+    model = make_model(variant).to(inputs.dtype)
     model.load_state_dict(state)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(optimizer, trainable, lr)
@@ -114,3 +155,27 @@ def train_zero_redundancy(
     local = opt.optim.state.values()
     state_bytes = sum(v.numel() * v.element_size() for s in local for v in s.values() if isinstance(v, torch.Tensor))
     return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}, "state_bytes": state_bytes}
+
+
+def train_torch_ddp(
+    variant: str,
+    state: dict[str, torch.Tensor],
+    optimizer: str,
+    lr: float,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    bucket_cap_mb: float,
+) -> dict[str, object]:
+    """What the given train_ddp does, with torch.nn.parallel.DistributedDataParallel, in a
+    trusted world: the final parameters of this rank."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = make_model(variant).to(inputs.dtype)
+    model.load_state_dict(state)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, find_unused_parameters=variant == "unused")
+    opt = make_optimizer(optimizer, [p for p in model.parameters() if p.requires_grad], lr)
+    for x, y in zip(inputs, targets):
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(ddp(x), y).backward()
+        opt.step()
+    return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}}

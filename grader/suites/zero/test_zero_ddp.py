@@ -7,24 +7,26 @@ from __future__ import annotations
 import pytest
 
 from grader.sandbox import Saved, Step
-from grader.suites.zero.reference import in_float64, make_data, make_state, rank_slice, train_single_process
+from grader.suites.zero.reference import WIDTH, in_float64, make_data, make_state, rank_slice, train_single_process
 from grader.testing import assert_matches
 
 TOL = (1e-5, 1e-6)
 CAP_MB = 0.0015  # 1572 bytes: 3 buckets (a weight with its neighbouring biases) for 6 parameters
+SEQ = 3  # tokens per sequence for the transformer
 
 
 def run_ddp(submission, world_size: int, variant: str, optimizer: str, lr: float, cap_mb: float = CAP_MB):
     """Every rank's train_ddp result, and the single-process reference."""
+    seq = SEQ if variant == "transformer" else None
     state, inputs, targets = in_float64(
-        make_state(variant, world_size, optimizer), *make_data(world_size, variant, optimizer)
+        make_state(variant, world_size, optimizer), *make_data(world_size, variant, optimizer, seq=seq)
     )
     steps = []
     for rank in range(world_size):
         start = state if rank == 0 else {k: v + 0.5 * (rank + 1) for k, v in state.items()}
         steps.append(
             [
-                Step("MLP", (variant,), save_as="model", send_back=False),
+                Step("make_model", (variant, WIDTH), save_as="model", send_back=False),
                 # DDP built alone first, so that a missing one is named as such
                 Step("DDP", (Saved("model"), cap_mb), send_back=False),
                 Step(
@@ -44,6 +46,7 @@ CASES = [
     (2, "tied", "sgd"),
     (2, "unused", "sgd"),
     (4, "tied", "adamw"),
+    (4, "transformer", "sgd"),
 ]
 
 
@@ -57,7 +60,7 @@ def test_ddp_training_matches_one_process_on_the_whole_batch(submission, world_s
             assert_matches(
                 result["state"][name],
                 want,
-                f"world={world_size}, {variant} MLP, {optimizer}: rank {rank}'s {name} after 5 steps "
+                f"world={world_size}, {variant} model, {optimizer}: rank {rank}'s {name} after 5 steps "
                 f"(single-process training on the whole batch gives the expected value)",
                 *TOL,
             )
@@ -68,3 +71,20 @@ def test_ddp_with_one_bucket_for_everything_matches_too(submission):
     got, expected = run_ddp(submission, 2, "plain", "adamw", 0.01, cap_mb=25.0)
     for name, want in expected.items():
         assert_matches(got[1]["state"][name], want, f"bucket_cap_mb=25 (one bucket): rank 1's {name}", *TOL)
+
+
+@pytest.mark.points(3)
+def test_ddp_matches_torch_distributed_data_parallel(submission, library):
+    """Compared with torch.nn.parallel.DistributedDataParallel (the transformer, AdamW, 2 ranks,
+    same data, same starting states): the same parameters on every rank."""
+    state, inputs, targets = in_float64(make_state("transformer", "torch-ddp"), *make_data(2, "torch-ddp", seq=SEQ))
+    args = [
+        ("transformer", state, "adamw", 0.01, rank_slice(inputs, r), rank_slice(targets, r), CAP_MB) for r in range(2)
+    ]
+    got = [rank[-1] for rank in submission.script_spmd(2, [[Step("train_ddp", a)] for a in args]).steps]
+    torch_ddp = [rank[-1] for rank in library.spmd("grader.suites.zero.reference:train_torch_ddp", 2, args).steps]
+    for rank in range(2):
+        for name, want in torch_ddp[rank]["state"].items():
+            assert_matches(
+                got[rank]["state"][name], want, f"rank {rank}'s {name} against torch's DistributedDataParallel", *TOL
+            )
