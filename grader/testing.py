@@ -50,7 +50,10 @@ def describe_difference(
     if actual.numel() == 0:
         return None
     a, e = actual.double(), expected.double()
-    bad = ~torch.isclose(a, e, rtol=rtol, atol=atol) | torch.isnan(a) != torch.isnan(e)
+    # NaN matches only NaN, and infinities only the same infinity: isclose alone would take a
+    # NaN where the reference has one for a match, and treats inf as close to inf.
+    both_nan = torch.isnan(a) & torch.isnan(e)
+    bad = ~(torch.isclose(a, e, rtol=rtol, atol=atol) | both_nan) | (torch.isfinite(a) != torch.isfinite(e))
     if not bad.any():
         return None
     error = (a - e).abs().nan_to_num(nan=float("inf"))
@@ -66,6 +69,9 @@ def describe_difference(
 def assert_matches(
     actual: torch.Tensor, expected: torch.Tensor, what: str, rtol: float = 0.0, atol: float = 0.0
 ) -> None:
+    """Raise AssertionError (with describe_difference's reason) unless `actual` matches
+    `expected`: same shape and dtype, values within tolerance, NaN and inf only where the
+    reference has the same."""
     problem = describe_difference(actual, expected, what, rtol, atol)
     if problem:
         raise AssertionError(problem)

@@ -3,6 +3,7 @@ refused calls. Uses a throwaway module written into a temporary folder."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -13,8 +14,12 @@ import torch
 from grader.course import Function, Module
 from grader.sandbox import Saved, Step, Submission, SubmissionError
 from grader.sandbox.guard import ForbiddenCallError, Guard
+from grader.sandbox.landlock import landlock_available, readable_roots, signals_scoped
+from grader.sandbox.pool import FILE_SIZE_LIMIT_MB
 from grader.sandbox.protocol import decode_reply, encode_reply
 from grader.sandbox.stacks import where
+from grader.sandbox.submission import reaches_into_the_grader
+from grader.testing import assert_matches
 
 PROBE = """
 import numpy as np
@@ -36,6 +41,13 @@ def shout(text):
 def spin():
     while True:
         pass
+
+
+def leave_a_thread():
+    import threading
+    import time
+
+    threading.Thread(target=lambda: time.sleep(60), name="spinner", daemon=True).start()
 
 
 def matmul(a, b):
@@ -73,7 +85,7 @@ def probe(tmp_path_factory) -> Submission:
     folder.mkdir()
     (folder / "probe.py").write_text(PROBE)
     names = ["grab_memory", "return_an_object", "return_numpy", "shout", "spin", "matmul", "add_rows_one_by_one"]
-    names += ["Counter", "uses_an_unwritten_helper", "helper_to_write"]
+    names += ["Counter", "uses_an_unwritten_helper", "helper_to_write", "leave_a_thread"]
     module = Module(
         "probe",
         "Probe",
@@ -198,3 +210,112 @@ def test_not_implemented_names_the_missing_function_even_when_called_indirectly(
     with pytest.raises(SubmissionError) as raised:
         probe.function("uses_an_unwritten_helper")()
     assert raised.value.message.startswith("helper_to_write is not implemented yet: implement it in ")
+
+
+def test_assert_matches_takes_nan_and_inf_only_where_the_reference_has_them():
+    nan, inf = float("nan"), float("inf")
+    reference = torch.tensor([1.0, nan, inf])
+    assert_matches(torch.tensor([1.0, nan, inf]), reference, "same specials")
+    for wrong in ([nan, nan, inf], [1.0, 2.0, inf], [1.0, nan, -inf], [1.0, nan, 3.0]):
+        with pytest.raises(AssertionError, match="1 of 3 elements differ"):
+            assert_matches(torch.tensor(wrong), reference, "x", rtol=1e-3, atol=1e-3)
+
+
+def test_guard_wrappers_hide_the_original_and_report_being_replaced():
+    probe_module = types.ModuleType("guard_tamper_probe")
+    original = probe_module.collective = lambda: "ran"
+    sys.modules["guard_tamper_probe"] = probe_module
+    guard = Guard(["guard_tamper_probe.collective"])
+    assert not hasattr(probe_module.collective, "__wrapped__")
+    assert guard.tampered() == []
+    probe_module.collective = original
+    assert guard.tampered() == ["guard_tamper_probe.collective"]
+
+
+def test_code_importing_the_grader_or_unwrapping_a_guard_is_refused_before_it_runs(tmp_path):
+    (tmp_path / "clean.py").write_text("import torch\nfrom . import helpers\nfrom grader.models import tiny_gpt\n")
+    (tmp_path / "sneaky.py").write_text("import torch\n\nfrom grader.sandbox import probes\n")
+    (tmp_path / "unwraps.py").write_text("import torch.distributed as dist\nf = dist.all_reduce.__wrapped__\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    assert reaches_into_the_grader(tmp_path, ["clean.py", "broken.py", "missing.py"]) is None
+    refusal = reaches_into_the_grader(tmp_path, ["sneaky.py"])
+    assert refusal.startswith("sneaky.py imports grader.sandbox.probes (line 3)")
+    assert reaches_into_the_grader(tmp_path, ["unwraps.py"]).startswith("unwraps.py uses __wrapped__ (line 2)")
+
+
+def test_landlock_rules_cover_everything_but_the_hidden_folder(tmp_path):
+    hidden = tmp_path / "course" / "suites"
+    (hidden / "m").mkdir(parents=True)
+    (tmp_path / "course" / "grader.py").write_text("")
+    (tmp_path / "other").mkdir()
+    roots = {path for path, _ in readable_roots([hidden])}
+    assert tmp_path / "course" / "grader.py" in roots and tmp_path / "other" in roots
+    assert not any(root == hidden or root.is_relative_to(hidden) or hidden.is_relative_to(root) for root in roots)
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel offers no Landlock")
+def test_a_hidden_folder_cannot_be_read_by_a_worker_but_everything_else_can(tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "answers.txt").write_text("42")
+    (tmp_path / "public.txt").write_text("7")
+    script = (
+        "import sys; from pathlib import Path; from grader.sandbox.landlock import hide_folders\n"
+        f"assert hide_folders([Path({str(hidden)!r})])\n"
+        f"print(Path({str(tmp_path / 'public.txt')!r}).read_text())\n"
+        f"Path({str(hidden / 'answers.txt')!r}).read_text()\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert completed.stdout.strip() == "7"
+    assert "PermissionError" in completed.stderr
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel offers no Landlock")
+def test_a_worker_can_still_move_files_between_folders_but_not_out_of_a_hidden_one(tmp_path):
+    """Triton's kernel cache (and pip, and atomic saves) write in one folder and rename into
+    another: Landlock refuses that (EXDEV) unless the rules grant REFER, which broke every
+    Triton compilation on a GPU. Moving a hidden file out stays refused."""
+    hidden, cache = tmp_path / "hidden", tmp_path / "cache"
+    (cache / "tmp.1234").mkdir(parents=True)
+    (cache / "tmp.1234" / "kernel.cubin").write_text("compiled")
+    hidden.mkdir()
+    (hidden / "answers.txt").write_text("42")
+    script = (
+        "import os; from pathlib import Path; from grader.sandbox.landlock import hide_folders\n"
+        f"hidden, cache = Path({str(hidden)!r}), Path({str(cache)!r})\n"
+        "assert hide_folders([hidden])\n"
+        "os.replace(cache / 'tmp.1234' / 'kernel.cubin', cache / 'kernel.cubin')\n"
+        "print((cache / 'kernel.cubin').read_text())\n"
+        "os.replace(hidden / 'answers.txt', cache / 'answers.txt')\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert completed.stdout.strip() == "compiled", completed.stderr
+    assert "OSError: [Errno 18]" in completed.stderr, completed.stderr
+    assert (hidden / "answers.txt").read_text() == "42"
+
+
+def test_output_past_the_file_size_limit_ends_the_worker_with_a_clear_reason(probe):
+    with pytest.raises(SubmissionError) as raised:
+        probe.function("shout")("x" * (FILE_SIZE_LIMIT_MB + 1) * 2**20)
+    assert raised.value.kind == "crash"
+    assert f"wrote more than {FILE_SIZE_LIMIT_MB} MiB" in raised.value.message
+    probe.restart()
+
+
+def test_a_thread_left_running_fails_the_call(probe):
+    with pytest.raises(SubmissionError) as raised:
+        probe.function("leave_a_thread")()
+    assert raised.value.kind == "thread"
+    assert "leave_a_thread returned but left a thread running (spinner)" in raised.value.message
+    assert probe.function("shout")("fresh world") == 11
+
+
+@pytest.mark.skipif(not signals_scoped(), reason="the kernel's Landlock cannot scope signals")
+def test_a_hidden_folder_also_keeps_the_worker_from_signalling_the_grader(tmp_path):
+    script = (
+        "import os; from pathlib import Path; from grader.sandbox.landlock import hide_folders\n"
+        f"assert hide_folders([Path({str(tmp_path)!r})])\n"
+        "os.kill(os.getppid(), 0)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "PermissionError: [Errno 1] Operation not permitted" in completed.stderr, completed.stderr

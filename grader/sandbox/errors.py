@@ -6,8 +6,10 @@ from __future__ import annotations
 class SubmissionError(Exception):
     """A call into the submission failed. `kind` is one of:
 
-    not_implemented, import, missing, exception, forbidden, exit, crash, timeout, memory,
-    bad_return, start (the workers could not be started at all).
+    not_implemented, import, missing, exception, forbidden (a refused library call, or code
+    that reaches into the grader or changes its functions), exit, crash (killed by a signal, or
+    writing past the file-size limit), timeout, memory, thread (returned while a thread it
+    started still runs), bad_return, start (the workers could not be started at all).
     """
 
     def __init__(self, kind: str, function: str, message: str, exception_type: str = "") -> None:

@@ -4,6 +4,9 @@ Wrappers are installed over every forbidden name before the student's code is im
 `from torch.distributed import all_reduce` in a submission binds the wrapper too. A wrapper is
 inert until a call activates its name; then it raises ForbiddenCallError and records the attempt,
 so a submission that catches the error still fails.
+
+A wrapper keeps no `__wrapped__` (functools.wraps would leave the original one attribute away),
+and `tampered()` names any wrapped function that the submission has since put back or replaced.
 """
 
 from __future__ import annotations
@@ -43,11 +46,18 @@ class Guard:
         self._armed: frozenset[str] = frozenset()
         self._function = ""
         self.attempts: list[str] = []
+        self._installed: list[tuple[str, Any, str, Callable[..., Any]]] = []
         for name in sorted(set(names)):
             found = _resolve_owner(name)
             if found is not None:
                 owner, attr = found
-                setattr(owner, attr, self._wrap(name, getattr(owner, attr)))
+                wrapper = self._wrap(name, getattr(owner, attr))
+                setattr(owner, attr, wrapper)
+                self._installed.append((name, owner, attr, wrapper))
+
+    def tampered(self) -> list[str]:
+        """Forbidden names that no longer resolve to their wrapper (put back or replaced)."""
+        return [name for name, owner, attr, wrapper in self._installed if owner.__dict__.get(attr) is not wrapper]
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
@@ -57,6 +67,7 @@ class Guard:
                 raise ForbiddenCallError(f"{self._function} may not call {name}: the exercise is to build it yourself")
             return original(*args, **kwargs)
 
+        del refused_when_armed.__wrapped__
         return refused_when_armed
 
     @contextmanager

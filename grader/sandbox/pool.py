@@ -7,6 +7,12 @@ wall time from GO to the last reply, and the bytes each rank wrote (the kernel's
 write/writev family, which gloo's TCP transport uses; a raw socket.send would not be counted.
 When a call hangs or a rank dies, the stack of every rank is taken with faulthandler before the
 world is killed; the next call starts a fresh world.
+
+Nothing a world starts outlives it: workers run in a temporary folder of their own (their working
+folder, removed with the world), each in a session of its own (killed as a process group), and
+every process whose environment carries the world's marker is killed too, which catches children
+that left the session. A worker may write at most FILE_SIZE_LIMIT_MB to any one file, its output
+included, and the grader reads at most OUTPUT_READ_LIMIT bytes of what it printed per call.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
 from grader.sandbox.stacks import where
 
 START_TIMEOUT_S = 120.0
+FILE_SIZE_LIMIT_MB = 64
+OUTPUT_READ_LIMIT = 2**20
+WORLD_MARKER = "GRADER_WORLD"  # environment variable naming the world's folder in its processes
 STACK_DUMP_WAIT_S = 0.5
 # After one rank fails, how long the others get to finish before they count as hung on it.
 GRACE_AFTER_ERROR_S = 2.0
@@ -58,8 +67,9 @@ class CallResult:
         return self.steps[0][0]
 
 
-def _worker_env(device: str) -> dict[str, str]:
-    env = dict(os.environ)
+def _worker_env(device: str, workdir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}  # the run's seed is the grader's
+    env[WORLD_MARKER] = str(workdir)
     env.update(
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
@@ -106,7 +116,7 @@ class WorkerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=workdir,
-                env=_worker_env(device),
+                env=_worker_env(device, workdir),
                 start_new_session=True,  # its own process group: kill takes its children too
             )
         os.close(request_read)
@@ -140,14 +150,18 @@ class WorkerProcess:
             return 0
 
     def new_output(self) -> str:
+        """What the worker printed since the last call: its last OUTPUT_READ_LIMIT bytes."""
+        size = self.log_size()
+        skipped = max(0, size - self._log_offset - OUTPUT_READ_LIMIT)
         try:
             with open(self.log_path, "rb") as log:
-                log.seek(self._log_offset)
-                data = log.read()
+                log.seek(self._log_offset + skipped)
+                data = log.read(size - self._log_offset - skipped)
         except OSError:
             return ""
-        self._log_offset += len(data)
-        return data.decode(errors="replace")
+        self._log_offset += skipped + len(data)
+        text = data.decode(errors="replace")
+        return f"[... {skipped:,} bytes of output cut ...]\n{text}" if skipped else text
 
     def dump_stack(self) -> None:
         if self.process.poll() is None:
@@ -167,6 +181,8 @@ class WorkerProcess:
             return "was still running"
         if code < 0:
             name = signal.Signals(-code).name
+            if name == "SIGXFSZ":
+                return f"was killed by SIGXFSZ: it wrote more than {FILE_SIZE_LIMIT_MB} MiB to a file or its output"
             return f"was killed by {name}" + (" (a crash in native code)" if name == "SIGSEGV" else "")
         return f"exited with code {code} (sys.exit or os._exit in the submission?)"
 
@@ -196,11 +212,15 @@ class World:
         memory_mb: int = 0,
         forbidden: tuple[str, ...] = (),
         distributed: bool = True,
+        hidden: tuple[Path, ...] = (),
     ) -> None:
         self.size = size
         self.submission = submission.resolve() if submission else None
         self.workdir = Path(tempfile.mkdtemp(prefix=f"grader-world{size}-"))
         argv = ["--world-size", str(size), "--device", device, "--memory-mb", str(memory_mb)]
+        argv += ["--file-size-mb", str(FILE_SIZE_LIMIT_MB)]
+        for folder in hidden:
+            argv += ["--hide", str(folder)]
         if distributed:
             argv += ["--store", str(self.workdir / "store")]
         if self.submission:
@@ -282,7 +302,9 @@ class World:
         if dead or len(replies) < self.size or errors:
             # Ranks that failed may have left messages in flight; only a world in which no rank
             # wrote a byte is certainly clean enough to keep.
+            # A rank that left a thread running is never clean.
             keep = not dead and len(replies) == self.size and not any(bytes_sent)
+            keep = keep and all(e["kind"] != "thread" for e in errors.values())
             self._fail(function, "", dead, replies, errors, time_limit, printed, keep)
         messages = [replies[r][0] for r in range(self.size)]
         return CallResult(
@@ -360,4 +382,27 @@ class World:
         self.alive = False
         for worker in self.workers:
             worker.kill()
+        _kill_marked(str(self.workdir))
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _kill_marked(workdir: str) -> None:
+    """SIGKILL every process whose environment says it belongs to the world in `workdir`: what
+    a submission started in a session of its own escapes the process-group kill, not this."""
+    marker = f"{WORLD_MARKER}={workdir}".encode()
+    for _ in range(3):  # a process may fork while it is being looked for
+        found = False
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                environment = (proc / "environ").read_bytes()
+            except OSError:
+                continue
+            if marker in environment.split(b"\0"):
+                found = True
+                with contextlib.suppress(OSError):
+                    os.kill(int(proc.name), signal.SIGKILL)
+        if not found:
+            return
+        time.sleep(0.05)

@@ -8,10 +8,16 @@
 Every call is a script of steps (grader/sandbox/script.py); a plain call is a script of one.
 Worlds are pooled by size, so process start-up is paid once per module and world size; a world
 that hung or crashed is replaced by a fresh one on the next call.
+
+Before the first call the grader reads the submission's files (never runs them) and refuses a
+module whose code imports the grader or pytest, or reaches for a function's `__wrapped__` or
+`__closure__`: the ways into the grader's own checks. Workers of a submission cannot read the
+hidden suites or the reference solutions (grader/sandbox/landlock.py).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import sys
@@ -19,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.course import Function, Module
+from grader.course import COURSE_ROOT, Function, Module
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.pool import CallResult, World
 from grader.sandbox.script import Step
@@ -35,8 +41,17 @@ def _shown(path: Path) -> str:
 class _Worlds:
     """Worlds kept alive between calls, keyed by (size, distributed)."""
 
-    def __init__(self, submission: Path | None, device: str, memory_mb: int, forbidden: tuple[str, ...]):
-        self._options = dict(submission=submission, device=device, memory_mb=memory_mb, forbidden=forbidden)
+    def __init__(
+        self,
+        submission: Path | None,
+        device: str,
+        memory_mb: int,
+        forbidden: tuple[str, ...],
+        hidden: tuple[Path, ...] = (),
+    ):
+        self._options = dict(
+            submission=submission, device=device, memory_mb=memory_mb, forbidden=forbidden, hidden=hidden
+        )
         self._worlds: dict[tuple[int, bool], World] = {}
 
     def get(self, size: int, distributed: bool) -> World:
@@ -50,6 +65,56 @@ class _Worlds:
         for world in self._worlds.values():
             world.close()
         self._worlds.clear()
+
+
+# What a submission has no business importing or touching: the grader's own code and checks
+# (the models the course gives students, grader.models, excepted).
+FORBIDDEN_IMPORTS = ("grader", "pytest", "_pytest")
+ALLOWED_IMPORTS = ("grader.models",)
+FORBIDDEN_ATTRIBUTES = ("__wrapped__", "__closure__")
+
+
+def _forbidden_import(name: str) -> bool:
+    allowed = any(name == a or name.startswith(f"{a}.") for a in ALLOWED_IMPORTS)
+    return name.split(".")[0] in FORBIDDEN_IMPORTS and not allowed
+
+
+def hidden_folders(submission: Path) -> tuple[Path, ...]:
+    """What a submission's workers may not read: the hidden suites, and the reference solutions
+    unless they are what is being graded."""
+    folders = [COURSE_ROOT / "grader" / "suites"]
+    solutions = COURSE_ROOT / "solutions"
+    if not submission.resolve().is_relative_to(solutions.resolve()):
+        folders.append(solutions)
+    return tuple(f for f in folders if f.is_dir())
+
+
+def reaches_into_the_grader(directory: Path, files: Sequence[str]) -> str | None:
+    """Why the submission's code is refused before it runs (its first offence), or None."""
+    for file in files:
+        try:
+            tree = ast.parse((directory / file).read_text(), filename=file)
+        except (OSError, SyntaxError, ValueError):
+            continue  # a missing or broken file is reported when it is imported
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
+                return (
+                    f"{file} uses {node.attr} (line {node.lineno}): reaching past a wrapper to the "
+                    f"function it guards is a way around the exercise, and the grader refuses it"
+                )
+            else:
+                continue
+            for name in names:
+                if _forbidden_import(name):
+                    return (
+                        f"{file} imports {name} (line {node.lineno}): a submission may not use the "
+                        f"grader's or pytest's code; remove that import"
+                    )
+    return None
 
 
 def _step_message(step: Step, spec: Function | None, target: str) -> dict[str, Any]:
@@ -99,7 +164,9 @@ class Submission:
         if device == "cuda":  # a first call on a GPU also compiles the Triton kernels it launches
             self.time_limit_s += JIT_ALLOWANCE_S
         forbidden = tuple(sorted({n for f in module.functions.values() for n in f.forbidden}))
-        self._worlds = _Worlds(self.directory, device, module.memory_limit_mb, forbidden)
+        hidden = hidden_folders(self.directory)
+        self._worlds = _Worlds(self.directory, device, module.memory_limit_mb, forbidden, hidden)
+        self._refusal: str | None = None  # why the code is refused, once the files were read
         # (function, world size) -> why it is not run again: a call that hung or crashed once
         # is not retried at that world size, which keeps the grading time of a broken
         # submission bounded by (functions x world sizes) time limits.
@@ -155,6 +222,10 @@ class Submission:
             raise SubmissionError("import", name, f"the submission has no folder {_shown(self.directory)}")
         resolved = [self._resolve(steps) for steps in steps_per_rank]
         first = _remembered_as(resolved[0][0], self.module)
+        if self._refusal is None:
+            self._refusal = reaches_into_the_grader(self.directory, self.module.files) or ""
+        if self._refusal:
+            raise SubmissionError("forbidden", resolved[0][0]["shown_as"], self._refusal)
         key = (first, len(resolved))
         if key in self._broken:
             raise self._broken[key]
@@ -208,6 +279,7 @@ class Submission:
         """Fresh workers (which import the files again) and a clean slate for hung functions."""
         self._worlds.close()
         self._broken.clear()
+        self._refusal = None
 
     def close(self) -> None:
         self._worlds.close()
