@@ -3,6 +3,7 @@ refused calls. Uses a throwaway module written into a temporary folder."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import types
@@ -13,6 +14,7 @@ import torch
 
 from grader.course import Function, Module
 from grader.sandbox import Saved, Step, Submission, SubmissionError
+from grader.sandbox.given import given_code
 from grader.sandbox.guard import ForbiddenCallError, Guard
 from grader.sandbox.landlock import landlock_available, readable_roots, signals_scoped
 from grader.sandbox.pool import FILE_SIZE_LIMIT_MB
@@ -319,3 +321,13 @@ def test_a_hidden_folder_also_keeps_the_worker_from_signalling_the_grader(tmp_pa
     )
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert "PermissionError: [Errno 1] Operation not permitted" in completed.stderr, completed.stderr
+
+
+def test_given_code_is_the_courses_definitions_without_the_students_parts():
+    """What a worker re-installs over the student's file: the given helpers of zero's sharded.py
+    (taken from the stub generated from solutions/), never a function the student writes."""
+    code = given_code("zero", "sharded.py")
+    defined = re.findall(r"^(?:def|class) (\w+)", code, re.MULTILINE)
+    assert defined == ["partition_by_bytes", "state_bytes", "train_sharded"]
+    assert "NotImplementedError" not in code and "BEGIN SOLUTION" not in code
+    assert given_code("zero", "no_such_file.py") == ""

@@ -14,6 +14,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from grader.sandbox.given import install_given
+
 
 class LoadError(Exception):
     """A submission file could not be imported, or lacks the requested function."""
@@ -41,6 +43,7 @@ class SubmissionLoader:
         self.directory = directory.resolve()
         sys.path.insert(0, str(self.directory))
         self._failures: dict[str, LoadError] = {}
+        self._given: set[str] = set()
 
     def module(self, file: str) -> ModuleType:
         stem = Path(file).stem
@@ -56,6 +59,12 @@ class SubmissionLoader:
             detail = student_traceback(error, self.directory)
             self._failures[stem] = LoadError("import", f"importing {file} failed:\n{detail}")
             raise self._failures[stem] from None
+
+    def install_given(self, file: str, code: str) -> None:
+        """Replace the student's copy of the course's given code in `file` (once per file)."""
+        if code and file not in self._given:
+            install_given(self.module(file), code, file)
+            self._given.add(file)
 
     def function(self, file: str, name: str) -> Any:
         module = self.module(file)

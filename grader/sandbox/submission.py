@@ -27,6 +27,7 @@ from typing import Any
 
 from grader.course import COURSE_ROOT, Function, Module
 from grader.sandbox.errors import SubmissionError
+from grader.sandbox.given import given_code
 from grader.sandbox.pool import CallResult, World
 from grader.sandbox.script import Step
 
@@ -117,10 +118,11 @@ def reaches_into_the_grader(directory: Path, files: Sequence[str]) -> str | None
     return None
 
 
-def _step_message(step: Step, spec: Function | None, target: str) -> dict[str, Any]:
+def _step_message(step: Step, spec: Function | None, target: str, given: str = "") -> dict[str, Any]:
     return {
         "target": step.target,
         "file": spec.file if spec else None,
+        "given": given,  # the course's given code of that file, run over the student's copy
         "args": tuple(step.args),
         "kwargs": dict(step.kwargs),
         "save_as": step.save_as,
@@ -206,7 +208,7 @@ class Submission:
                 spec, shown = self.module.function(step.target), step.target
             if step.save_as:
                 kept[step.save_as] = spec.name
-            messages.append(_step_message(step, spec, shown))
+            messages.append(_step_message(step, spec, shown, given_code(self.module.name, spec.file)))
         return messages
 
     def run(

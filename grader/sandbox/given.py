@@ -1,0 +1,59 @@
+"""The course's given code, re-installed over the student's copy of it (grader side + worker side).
+
+A student's file holds code the course gives (models, the helpers that train with the student's
+classes and count bytes for the grader). The student can edit that code like any other line, so
+a helper that reports a count could be rewritten to report anything. The grader therefore takes
+the given definitions from its own copy of the file (the stub generated from solutions/, or the
+course's assignments/ where there is no solutions/) and the worker executes them in the student's
+module after importing it: whatever the student wrote for a given name, the course's code runs.
+
+Given = every top-level function or class of the stub whose body is not a "write this" stub.
+Given code still calls the student's functions and classes, which is the point.
+"""
+
+from __future__ import annotations
+import __future__
+
+import ast
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+from grader.course import COURSE_ROOT, load_course
+
+_STUB_MARK = "NotImplementedError("
+
+
+@cache
+def given_code(module: str, file: str, root: Path = COURSE_ROOT) -> str:
+    """Source of the given top-level definitions of `file` in `module`, in file order ("" if none)."""
+    text = _trusted_stub(module, file, root)
+    if text is None:
+        return ""
+    lines = text.splitlines()
+    parts = []
+    for node in ast.parse(text).body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        segment = "\n".join(lines[first - 1 : node.end_lineno])
+        if _STUB_MARK not in segment:
+            parts.append(segment)
+    return "\n\n\n".join(parts)
+
+
+def _trusted_stub(module: str, file: str, root: Path) -> str | None:
+    if (root / "solutions" / module / file).is_file():
+        from grader.sync import make_stub
+
+        course = load_course(root)
+        source = root / "solutions" / module / file
+        return make_stub(source.read_text(), module=course.module(module), origin=str(source.relative_to(root)))
+    stub = root / "assignments" / module / file
+    return stub.read_text() if stub.is_file() else None
+
+
+def install_given(module: ModuleType, code: str, file: str) -> None:
+    """Run the course's given definitions in the student's `module` (worker side)."""
+    flags = __future__.annotations.compiler_flag  # annotations stay strings, as in the stub
+    exec(compile(code, f"<given code of {file}>", "exec", flags=flags, dont_inherit=True), module.__dict__)
