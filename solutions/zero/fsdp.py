@@ -102,7 +102,7 @@ class _ShardedLayer:
         with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
             out = self.forward(*args, **kwargs)
         self.set_parameters(None)
-        free(self.full)
+        _free(self.full)
         self.full = None
         return out
 
@@ -130,16 +130,16 @@ class _GatherLayer(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_full: torch.Tensor):
-        free(ctx.layer.regathered)  # backward through the layer is done: free its parameters
+        _free(ctx.layer.regathered)  # backward through the layer is done: free its parameters
         ctx.layer.regathered = None
         grad_full = grad_full.clone()  # a buffer of our own, to free below
         grad_shard = grad_full.new_empty(grad_full.numel() // ctx.layer.world_size)
         dist.reduce_scatter_tensor(grad_shard, grad_full)
-        free(grad_full)
+        _free(grad_full)
         return grad_shard.div_(ctx.layer.world_size), None
 
 
-def free(tensor: torch.Tensor | None) -> None:
+def _free(tensor: torch.Tensor | None) -> None:
     """Release a buffer's memory now, even while the communication backend's thread still
     holds a reference to it for a moment after a synchronous collective."""
     if tensor is not None:
