@@ -1,8 +1,10 @@
-"""dispatch hands out slots token by token (all of token 0's choices first) instead of first choices first."""
+"""dispatch hands out slots token by token (all of token 0's choices first) instead of first choices first.
+
+Without dropping only the slot order can differ, and random routing can make it agree: not graded here."""
 
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: routing.py
-# select: dispatch
+# select: dispatch and not no-dropping
 # fails: k2|first_choices_priority
 # kind:
 # message: .

@@ -1,4 +1,7 @@
-"""Full optimizer state on every rank, hidden by rewriting the given counters: state_bytes says 0 and train_sharded reports 0 bytes. The course's given code replaces the student's copy, so the real bytes are counted."""
+"""Full optimizer state on every rank, hidden by rewriting the given counters to report 0 bytes.
+
+The course's given code replaces the student's copy of state_bytes and train_sharded, so the real
+bytes are counted."""
 
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: sharded.py
