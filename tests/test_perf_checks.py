@@ -33,7 +33,8 @@ def test_reference_meets_the_time_ratio_against_gloo(solutions_results):
 
 def test_gather_to_root_is_correct_but_fails_the_bytes_bound(tmp_path):
     submission = build_variant("collectives", "gather_to_root", tmp_path / "submission")
-    select = "test_ring_allreduce_matches or test_ring_allreduce_sends_at_most"
+    # Correctness at the measured world sizes only (3 and 4): a fresh world costs seconds.
+    select = "allreduce_matches and (3-divisible-float32 or 4-divisible-float32) or allreduce_sends_at_most"
     tests = by_name(grade_json(submission, "collectives", "--select", select, out=tmp_path / "r.json"))
     for name, test in tests.items():
         if "matches" in name:
@@ -48,7 +49,7 @@ def test_gather_to_root_is_correct_but_fails_the_bytes_bound(tmp_path):
 
 def test_small_messages_are_correct_but_fail_the_time_ratio(tmp_path):
     submission = build_variant("collectives", "small_messages", tmp_path / "submission")
-    select = "test_ring_allreduce_matches and divisible-float32 or time_within"
+    select = "test_ring_allreduce_matches and 4-divisible-float32 or time_within"  # the timed world only
     tests = by_name(grade_json(submission, "collectives", "--select", select, out=tmp_path / "r.json"))
     timed = tests.pop("test_ring_allreduce_time_within_3x_gloo_all_reduce")
     assert all(t["status"] == "passed" for t in tests.values())
@@ -66,7 +67,7 @@ def test_small_messages_are_correct_but_fail_the_time_ratio(tmp_path):
 )
 def test_wasteful_reduce_scatter_and_allgather_fail_their_bytes_bound(variant, function, bytes_test, tmp_path):
     submission = build_variant("collectives", variant, tmp_path / "submission")
-    select = f"test_ring_{function} and divisible-float32 or {bytes_test}"
+    select = f"test_ring_{function} and 4-divisible-float32 or {bytes_test}"  # the measured world only
     tests = by_name(grade_json(submission, "collectives", "--select", select, out=tmp_path / "r.json"))
     checked = tests.pop(bytes_test)
     assert all(t["status"] == "passed" for t in tests.values()), "the variant must be correct"
