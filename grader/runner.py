@@ -78,6 +78,36 @@ class _Collector:
         result.function = getattr(report, "grader_function", "")
 
 
+def suite_files(course: Course, modules: list[str], *, public_only: bool = False) -> list[str]:
+    """The test files grading runs: each module's public tests, then its hidden suite."""
+    paths = []
+    for name in modules:
+        paths += sorted(str(p) for p in course.public_tests(name).glob("test_*.py"))
+        hidden = course.hidden_suite(name)
+        if not public_only and hidden.is_dir():
+            paths += sorted(str(p) for p in hidden.glob("test_*.py"))
+    return paths
+
+
+def pytest_options(course: Course) -> list[str]:
+    """How the grader runs pytest in its own process: as a grading (the plugin's --grading), no
+    terminal output or cache, test files imported by path, and none of the user's addopts."""
+    return [
+        "--grading",
+        "-p",
+        "no:terminal",
+        "-p",
+        "no:cacheprovider",
+        "--import-mode=importlib",
+        "--rootdir",
+        str(course.root),
+        "-o",
+        "addopts=",
+        "-W",
+        "ignore::DeprecationWarning",
+    ]
+
+
 def grade(
     course: Course,
     modules: list[str],
@@ -92,31 +122,8 @@ def grade(
 ) -> GradeReport:
     """Grade `modules` of the submission folder `submission` (one sub-folder per module)."""
     started = time.perf_counter()
-    paths = []
-    for name in modules:
-        paths += sorted(str(p) for p in course.public_tests(name).glob("test_*.py"))
-        hidden = course.hidden_suite(name)
-        if not public_only and hidden.is_dir():
-            paths += sorted(str(p) for p in hidden.glob("test_*.py"))
-    args: list[Any] = [
-        *paths,
-        "--submission",
-        str(submission),
-        "--device",
-        device,
-        "--grading",
-        "-p",
-        "no:terminal",
-        "-p",
-        "no:cacheprovider",
-        "--import-mode=importlib",
-        "--rootdir",
-        str(course.root),
-        "-o",
-        "addopts=",
-        "-W",
-        "ignore::DeprecationWarning",
-    ]
+    paths = suite_files(course, modules, public_only=public_only)
+    args: list[Any] = [*paths, "--submission", str(submission), "--device", device, *pytest_options(course)]
     if not perf:
         args += ["-m", "not perf"]
     if time_limit_s is not None:

@@ -99,27 +99,11 @@ def collect_checks(course: Course, modules: list[str]) -> dict[str, list[Check]]
     """Every graded test of `modules` (public and hidden), without running any."""
     import pytest
 
-    paths = []
-    for name in modules:
-        paths += sorted(str(p) for p in course.public_tests(name).glob("test_*.py"))
-        paths += sorted(str(p) for p in course.hidden_suite(name).glob("test_*.py"))
+    from grader.runner import pytest_options, suite_files
+
+    paths = suite_files(course, modules)
     inventory = _Inventory()
-    args = [
-        *paths,
-        "--collect-only",
-        "--grading",
-        "-p",
-        "no:terminal",
-        "-p",
-        "no:cacheprovider",
-        "--import-mode=importlib",
-        "--rootdir",
-        str(course.root),
-        "-o",
-        "addopts=",
-        "-W",
-        "ignore::DeprecationWarning",
-    ]
+    args = [*paths, "--collect-only", *pytest_options(course)]
     code = pytest.main(args, plugins=[inventory]) if paths else pytest.ExitCode.NO_TESTS_COLLECTED
     if inventory.problems or code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         reason = "; ".join(inventory.problems) or f"pytest exit code {int(code)}"
