@@ -34,6 +34,7 @@ from typing import Any
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
 from grader.sandbox.stacks import where
+from grader.sandbox.zygote import ForkedProcess, ZygoteError, zygote_for
 
 START_TIMEOUT_S = 120.0
 FILE_SIZE_LIMIT_MB = 64
@@ -67,9 +68,9 @@ class CallResult:
         return self.steps[0][0]
 
 
-def _worker_env(device: str, workdir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}  # the run's seed is the grader's
-    env[WORLD_MARKER] = str(workdir)
+def worker_environment(device: str) -> dict[str, str]:
+    """The environment of every worker on `device` (the world marker is added per world)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADER_SEED", WORLD_MARKER)}  # the seed is the grader's
     env.update(
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
@@ -84,47 +85,65 @@ def _worker_env(device: str, workdir: Path) -> dict[str, str]:
     return env
 
 
-class WorkerProcess:
-    """One worker: its process, its pipes, its output log and its stack-dump file."""
+def _command_line(options: dict[str, Any]) -> list[str]:
+    """The worker's options as `python -m grader.sandbox.worker` flags (the spawned start)."""
+    argv = [sys.executable, "-m", "grader.sandbox.worker"]
+    for name, value in options.items():
+        for item in value if isinstance(value, list) else [value]:
+            argv += [f"--{name.replace('_', '-')}", str(item)]
+    return argv
 
-    def __init__(self, workdir: Path, rank: int, argv: list[str], device: str) -> None:
+
+class WorkerProcess:
+    """One worker: its process, its pipes, its output log and its stack-dump file.
+
+    `start` is "fork" (from the zygote of this process and device: milliseconds) or "spawn" (a
+    fresh interpreter that imports torch: seconds; kept to measure the difference)."""
+
+    def __init__(self, workdir: Path, rank: int, options: dict[str, Any], device: str, start: str = "fork") -> None:
         self.rank = rank
         self.log_path = workdir / f"rank{rank}.log"
         self.stack_path = workdir / f"rank{rank}.stacks"
         self.stack_path.touch()
+        options = {**options, "rank": rank, "stack_file": str(self.stack_path)}
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
-        command = [
-            sys.executable,
-            "-m",
-            "grader.sandbox.worker",
-            "--fd-in",
-            str(request_read),
-            "--fd-out",
-            str(reply_write),
-            "--rank",
-            str(rank),
-            "--stack-file",
-            str(self.stack_path),
-            *argv,
-        ]
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                command,
-                pass_fds=(request_read, reply_write),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                env=_worker_env(device, workdir),
-                start_new_session=True,  # its own process group: kill takes its children too
-            )
-        os.close(request_read)
-        os.close(reply_write)
+        try:
+            with open(self.log_path, "ab") as log:
+                if start == "fork":
+                    self.process: subprocess.Popen | ForkedProcess = self._fork(
+                        options, workdir, device, (request_read, reply_write, log.fileno())
+                    )
+                else:
+                    self.process = subprocess.Popen(
+                        [*_command_line(options), "--fd-in", str(request_read), "--fd-out", str(reply_write)],
+                        pass_fds=(request_read, reply_write),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=workdir,
+                        env={**worker_environment(device), WORLD_MARKER: str(workdir)},
+                        start_new_session=True,  # its own process group: kill takes its children too
+                    )
+        finally:
+            os.close(request_read)
+            os.close(reply_write)
         self.requests = Connection(request_write, readable=False)
         self.replies = Connection(reply_read, writable=False)
         self._log_offset = 0
         self._stack_offset = 0
+
+    @staticmethod
+    def _fork(options: dict[str, Any], workdir: Path, device: str, fds: tuple[int, int, int]) -> ForkedProcess:
+        """A worker forked by the zygote; a zygote that died is replaced once."""
+        for attempt in range(2):
+            zygote = zygote_for(device, worker_environment(device), WORLD_MARKER)
+            try:
+                return ForkedProcess(zygote, zygote.fork(options, workdir, WORLD_MARKER, fds))
+            except ZygoteError as error:
+                if attempt or zygote.alive:
+                    raise SubmissionError("start", "", f"the grader's zygote failed: {error}") from None
+        raise AssertionError("unreachable")
 
     def send(self, payload: bytes) -> bool:
         try:
@@ -213,21 +232,29 @@ class World:
         forbidden: tuple[str, ...] = (),
         distributed: bool = True,
         hidden: tuple[Path, ...] = (),
+        start: str = "fork",
     ) -> None:
         self.size = size
         self.submission = submission.resolve() if submission else None
         self.workdir = Path(tempfile.mkdtemp(prefix=f"grader-world{size}-"))
-        argv = ["--world-size", str(size), "--device", device, "--memory-mb", str(memory_mb)]
-        argv += ["--file-size-mb", str(FILE_SIZE_LIMIT_MB)]
-        for folder in hidden:
-            argv += ["--hide", str(folder)]
-        if distributed:
-            argv += ["--store", str(self.workdir / "store")]
-        if self.submission:
-            argv += ["--submission", str(self.submission)]
-        if forbidden:
-            argv += ["--forbidden", ",".join(forbidden)]
-        self.workers = [WorkerProcess(self.workdir, r, argv, device) for r in range(size)]
+        options = {
+            "world_size": size,
+            "device": device,
+            "memory_mb": memory_mb,
+            "file_size_mb": FILE_SIZE_LIMIT_MB,
+            "hide": [str(folder) for folder in hidden],
+            "store": str(self.workdir / "store") if distributed else "",
+            "submission": str(self.submission) if self.submission else "",
+            "forbidden": ",".join(forbidden),
+        }
+        self.workers: list[WorkerProcess] = []
+        try:
+            for rank in range(size):
+                self.workers.append(WorkerProcess(self.workdir, rank, options, device, start))
+        except SubmissionError:
+            self.alive = True
+            self.close()
+            raise
         self.alive = True
         self._await_ready()
 

@@ -155,7 +155,6 @@ class Worker:
         self.outbox = Connection(options.fd_out, readable=False)
         self.clock = time.perf_counter  # captured before any student import
 
-        torch.set_num_threads(1)
         # NCCL needs a GPU per rank; a world larger than the machine's GPUs runs on gloo and CPU.
         gpus = torch.cuda.device_count() if options.device == "cuda" else 0
         self.on_gpu = gpus > 0 and (not options.store or gpus >= options.world_size)
@@ -303,8 +302,10 @@ def _refused(name: str, function: str) -> BaseException:
     )
 
 
-def main() -> None:
-    options = _parse()
+def run_worker(options: argparse.Namespace) -> None:
+    """Everything a worker does once its process exists, whether a fresh interpreter started it
+    (`python -m grader.sandbox.worker`) or the zygote forked it (grader/sandbox/zygote.py)."""
+    torch.set_num_threads(1)
     _limit_memory(options.memory_mb if options.device == "cpu" else 0)
     _limit_file_size(options.file_size_mb)
     stacks = open(options.stack_file, "a")  # noqa: SIM115 - open for the life of the process
@@ -317,4 +318,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_worker(_parse())
