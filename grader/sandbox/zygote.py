@@ -76,8 +76,8 @@ def _die_with_the_grader() -> None:
 def _preload(device: str) -> None:
     """Import what every worker imports, without touching a device or starting a thread."""
     import numpy  # noqa: F401
-    import torch  # noqa: F401
-    import torch.distributed  # noqa: F401
+    import torch
+    import torch.distributed
     import torch.utils.flop_counter  # noqa: F401
 
     import grader.sandbox.worker  # noqa: F401
@@ -97,7 +97,8 @@ def serve(channel: socket.socket, device: str) -> None:
     _preload(device)
     threads = _thread_count()
     if threads != 1:
-        channel.send(json.dumps({"error": f"the zygote has {threads} threads after its imports: forking is unsafe"}).encode())
+        problem = f"the zygote has {threads} threads after its imports: forking is unsafe"
+        channel.send(json.dumps({"error": problem}).encode())
         return
     channel.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
@@ -273,7 +274,8 @@ class Zygote:
         return self._ask(request, fds)["pid"]
 
     def returncode(self, pid: int, timeout: float) -> int | None:
-        return self._ask({"op": "wait", "pid": pid, "timeout": timeout}, timeout=timeout + REPLY_TIMEOUT_S)["returncode"]
+        request = {"op": "wait", "pid": pid, "timeout": timeout}
+        return self._ask(request, timeout=timeout + REPLY_TIMEOUT_S)["returncode"]
 
     @property
     def alive(self) -> bool:
