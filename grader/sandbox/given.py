@@ -42,6 +42,13 @@ def given_code(module: str, file: str, root: Path = COURSE_ROOT) -> str:
     return "\n\n\n".join(parts)
 
 
+@cache
+def given_names(module: str, file: str, root: Path = COURSE_ROOT) -> frozenset[str]:
+    """The names `given_code` defines: the student's definitions of them never run."""
+    code = given_code(module, file, root)
+    return frozenset(node.name for node in ast.parse(code).body if hasattr(node, "name"))
+
+
 def _trusted_stub(module: str, file: str, root: Path) -> str | None:
     if (root / "solutions" / module / file).is_file():
         from grader.sync import make_stub

@@ -94,6 +94,11 @@ def _command_line(options: dict[str, Any]) -> list[str]:
     return argv
 
 
+def start_zygote(device: str) -> None:
+    """Start this process's zygote for `device` now, without waiting for it to be ready."""
+    zygote_for(device, worker_environment(device), WORLD_MARKER)
+
+
 class WorkerProcess:
     """One worker: its process, its pipes, its output log and its stack-dump file.
 
@@ -235,6 +240,7 @@ class World:
         start: str = "fork",
     ) -> None:
         self.size = size
+        self.distributed = distributed
         self.submission = submission.resolve() if submission else None
         self.workdir = Path(tempfile.mkdtemp(prefix=f"grader-world{size}-"))
         options = {
@@ -327,10 +333,11 @@ class World:
         printed = [w.new_output() for w in self.workers]
         errors = {r: m[1] for r, (m, _) in replies.items() if m[0] == "error"}
         if dead or len(replies) < self.size or errors:
-            # Ranks that failed may have left messages in flight; only a world in which no rank
-            # wrote a byte is certainly clean enough to keep.
-            # A rank that left a thread running is never clean.
-            keep = not dead and len(replies) == self.size and not any(bytes_sent)
+            # Ranks that failed may have left messages in flight: a world of ranks is certainly
+            # clean enough to keep only when no rank wrote a byte; a worker without a process
+            # group has no peers to leave messages for. A rank that left a thread running is
+            # never clean.
+            keep = not dead and len(replies) == self.size and (not self.distributed or not any(bytes_sent))
             keep = keep and all(e["kind"] != "thread" for e in errors.values())
             self._fail(function, "", dead, replies, errors, time_limit, printed, keep)
         messages = [replies[r][0] for r in range(self.size)]

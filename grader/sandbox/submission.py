@@ -27,9 +27,10 @@ from typing import Any
 
 from grader.course import COURSE_ROOT, Function, Module
 from grader.sandbox.errors import SubmissionError
-from grader.sandbox.given import given_code
+from grader.sandbox.given import given_code, given_names
 from grader.sandbox.pool import CallResult, World
 from grader.sandbox.script import Step
+from grader.sandbox.stubs import stub_message
 
 
 def _shown(path: Path) -> str:
@@ -133,6 +134,8 @@ def _step_message(step: Step, spec: Function | None, target: str, given: str = "
     }
 
 
+# Failures that happen after staging, so every file of the call had been imported.
+IMPORTED_BEFORE_FAILING = ("not_implemented", "exception", "bad_return", "thread")
 JIT_ALLOWANCE_S = 60.0  # seconds added to each call's limit on a GPU: compiling a kernel takes seconds
 
 
@@ -173,6 +176,7 @@ class Submission:
         # is not retried at that world size, which keeps the grading time of a broken
         # submission bounded by (functions x world sizes) time limits.
         self._broken: dict[tuple[str, int], SubmissionError] = {}
+        self._imported: set[str] = set()  # files a worker has imported without error
 
     def function(self, name: str) -> RemoteFunction:
         self.module.function(name)  # an unknown name is the test's mistake: fail now
@@ -231,12 +235,17 @@ class Submission:
         key = (first, len(resolved))
         if key in self._broken:
             raise self._broken[key]
+        if (stub := self._known_stub(resolved[0][0])) is not None:
+            raise self._explain(SubmissionError("not_implemented", first, stub), resolved[0])
         requests = [{"op": "call", "steps": steps, "return_args": return_args} for steps in resolved]
         world = self._worlds.get(len(requests), distributed)
         limit = time_limit_s if time_limit_s is not None else self.time_limit_s
+        files = {step["file"] for step in resolved[0] if step["file"]}
         try:
             result = world.call(requests, limit, first)
         except SubmissionError as error:
+            if error.kind in IMPORTED_BEFORE_FAILING:
+                self._imported |= files
             if error.kind in ("timeout", "crash"):
                 verb = "hung" if error.kind == "timeout" else "crashed"
                 where = f" at world size {len(requests)}" if distributed else ""
@@ -245,9 +254,18 @@ class Submission:
             if self.echo:
                 self._echo(error.printed)
             raise self._explain(error, resolved[0]) from None
+        self._imported |= files
         if self.echo:
             self._echo(result.printed)
         return result
+
+    def _known_stub(self, step: dict[str, Any]) -> str | None:
+        """The stub's message when the step's function is certainly still the stub (its file
+        was imported by a worker before): answered without a worker (grader/sandbox/stubs.py)."""
+        file = step["file"]
+        if file not in self._imported or "." in step["target"]:
+            return None
+        return stub_message(self.directory / file, step["target"], given_names(self.module.name, file))
 
     def _explain(self, error: SubmissionError, steps: list[dict[str, Any]]) -> SubmissionError:
         """Name the step that failed, and turn not-implemented into the instruction to follow."""
@@ -281,6 +299,7 @@ class Submission:
         """Fresh workers (which import the files again) and a clean slate for hung functions."""
         self._worlds.close()
         self._broken.clear()
+        self._imported.clear()
         self._refusal = None
 
     def close(self) -> None:

@@ -240,13 +240,15 @@ class Zygote:
                 env={**environment, marker: MARKER_PLACEHOLDER},
             )
         theirs.close()
+        self.pid = 0  # known once it said "ready": the first request waits for that
+
+    def _await_ready(self) -> None:
+        log = self.folder / "zygote.log"
         try:
             ready = self._receive(START_TIMEOUT_S)
         except ZygoteError as error:
-            self.close()
             raise ZygoteError(f"{error}; its output:\n{log.read_text(errors='replace')[-2000:]}") from None
         if "error" in ready:
-            self.close()
             raise ZygoteError(ready["error"])
         self.pid = ready["ready"]
 
@@ -262,6 +264,8 @@ class Zygote:
 
     def _ask(self, request: dict[str, Any], fds: tuple[int, ...] = (), timeout: float = REPLY_TIMEOUT_S) -> Any:
         with self._lock:
+            if not self.pid:
+                self._await_ready()
             try:
                 socket.send_fds(self._channel, [json.dumps(request).encode()], list(fds))
             except OSError as error:

@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from grader.sandbox.script import Saved, Step
@@ -26,8 +26,14 @@ from grader.testing import assert_matches, expect_exception
 _STORAGE = tempfile.TemporaryDirectory(prefix="hypothesis-")
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", _STORAGE.name)
 
+# No "explain" phase: it re-runs a failing example ~150 times to annotate the falsifying
+# example, which the student never sees (a failure shows the assertion's message only).
 PROPERTY = settings(
-    max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    database=None,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
