@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from grader.course import COURSE_ROOT, Course, CourseError, load_course
+from grader.perf import NotMeasuredReliably
+from grader.results import UNMEASURED
 from grader.sandbox import Library, Submission, SubmissionError
 from grader.sandbox.pool import start_zygote
 
@@ -117,6 +119,8 @@ def student_message(error: BaseException) -> str:
     """What a failed test tells the student: never the test's source (hidden suites)."""
     if isinstance(error, SubmissionError):
         return error.message
+    if isinstance(error, NotMeasuredReliably):
+        return str(error)
     if isinstance(error, AssertionError):
         # pytest appends "assert <expression>" (from the test's source) to the message.
         text = str(error).split("\nassert ")[0].strip()
@@ -161,3 +165,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     if isinstance(error, SubmissionError):
         report.grader_kind, report.grader_function = error.kind, error.function
         report.longrepr = f"{item.nodeid}\n{error.message}"
+    elif isinstance(error, NotMeasuredReliably):
+        report.grader_kind = UNMEASURED

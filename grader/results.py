@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+# A timed check on a machine too busy to judge it (grader/perf.py): graded, worth no points, and
+# the student is told to rerun.
+UNMEASURED = "unmeasured"
 
 
 @dataclass
@@ -17,7 +20,7 @@ class TestResult:
     module: str
     name: str  # e.g. "test_ring_allreduce_matches_all_reduce[world=3-float32]"
     suite: str  # "public" or "hidden"
-    status: str  # passed, failed, error, skipped
+    status: str  # passed, failed, error, skipped, unmeasured
     weight: float = 1.0
     max_score: float = 0.0
     message: str = ""
@@ -56,6 +59,10 @@ class ModuleResult:
         for test in self.tests:
             graded = test.status != SKIPPED and total > 0
             test.max_score = self.points * test.weight / total if graded else 0.0
+
+    def unmeasured(self) -> list[TestResult]:
+        """Timed checks that gave no verdict because the machine was busy: rerun them."""
+        return [t for t in self.tests if t.status == UNMEASURED]
 
     def to_implement(self) -> list[str]:
         """Functions still raising NotImplementedError, in order of first failure."""

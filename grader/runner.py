@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from grader.course import Course
-from grader.results import ERROR, FAILED, PASSED, SKIPPED, GradeReport, ModuleResult, TestResult
+from grader.results import ERROR, FAILED, PASSED, SKIPPED, UNMEASURED, GradeReport, ModuleResult, TestResult
 
 
 class GradingError(Exception):
@@ -67,14 +67,14 @@ class _Collector:
             longrepr = report.longrepr
             result.message = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
             return
-        if result.status in (FAILED, ERROR):  # a teardown failure after a failed call
+        if result.status in (FAILED, ERROR, UNMEASURED):  # a teardown failure after a failed call
             return
-        result.status = FAILED if report.when == "call" else ERROR
+        result.kind = getattr(report, "grader_kind", "")
+        result.status = ERROR if report.when != "call" else UNMEASURED if result.kind == UNMEASURED else FAILED
         message = getattr(report, "grader_message", "") or report.longreprtext[-1500:]
         if report.when != "call":
             message = f"the test could not run ({report.when}): {message}"
         result.message = message
-        result.kind = getattr(report, "grader_kind", "")
         result.function = getattr(report, "grader_function", "")
 
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from grader.results import ERROR, FAILED, SKIPPED, GradeReport
+from grader.results import ERROR, FAILED, SKIPPED, UNMEASURED, GradeReport
 
 
 def junit_xml(report: GradeReport) -> str:
     root = ET.Element("testsuites", name=report.course, time=f"{report.duration_s:.3f}")
     for module in report.modules:
-        counts = {s: sum(t.status == s for t in module.tests) for s in (FAILED, ERROR, SKIPPED)}
+        counts = {s: sum(t.status == s for t in module.tests) for s in (FAILED, ERROR, SKIPPED, UNMEASURED)}
         suite = ET.SubElement(
             root,
             "testsuite",
             name=module.name,
             tests=str(len(module.tests)),
             failures=str(counts[FAILED]),
-            errors=str(counts[ERROR]),
+            errors=str(counts[ERROR] + counts[UNMEASURED]),  # no verdict: as a run that broke
             skipped=str(counts[SKIPPED]),
             time=f"{sum(t.duration_s for t in module.tests):.3f}",
         )
@@ -32,7 +32,7 @@ def junit_xml(report: GradeReport) -> str:
                 name=test.name,
                 time=f"{test.duration_s:.3f}",
             )
-            if test.status in (FAILED, ERROR):
+            if test.status in (FAILED, ERROR, UNMEASURED):
                 tag = "failure" if test.status == FAILED else "error"
                 ET.SubElement(case, tag, message=test.message.splitlines()[0] if test.message else "")
                 case[-1].text = test.message

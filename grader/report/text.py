@@ -8,7 +8,7 @@ from collections import defaultdict
 from rich.console import Console
 from rich.table import Table
 
-from grader.results import PASSED, SKIPPED, GradeReport, ModuleResult
+from grader.results import PASSED, SKIPPED, UNMEASURED, GradeReport, ModuleResult
 
 MESSAGE_LINES = 14
 
@@ -22,6 +22,9 @@ def _scoreboard(report: GradeReport) -> Table:
     for module in report.modules:
         passed = sum(t.status == PASSED for t in module.graded)
         todo = ", ".join(module.to_implement()) or ("-" if passed == len(module.graded) else "fix the failures below")
+        if unmeasured := len(module.unmeasured()):
+            rerun = f"rerun: {unmeasured} timed check(s) not measured"
+            todo = rerun if todo == "-" else f"{rerun}; {todo}"
         style = "green" if module.graded and passed == len(module.graded) else "red" if not passed else "yellow"
         table.add_row(
             module.name,
@@ -35,7 +38,10 @@ def _scoreboard(report: GradeReport) -> Table:
 
 
 def _failures(console: Console, module: ModuleResult) -> None:
-    failed = [t for t in module.tests if t.status not in (PASSED, SKIPPED)]
+    for test in module.unmeasured():
+        console.print(f"\n[bold]{module.name}[/]: [yellow]?[/] {test.name} [dim]({test.suite})[/]", highlight=False)
+        console.print(f"      {test.message}", highlight=False, markup=False)
+    failed = [t for t in module.tests if t.status not in (PASSED, SKIPPED, UNMEASURED)]
     if not failed:
         return
     console.print(f"\n[bold]{module.name}[/]: {len(failed)} failing")

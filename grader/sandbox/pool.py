@@ -57,6 +57,12 @@ class CallResult:
     bytes_sent: list[int]  # bytes each rank wrote to sockets/files during the call
     printed: list[str] = field(default_factory=list)
     measurements: list[list[dict[str, Any]]] = field(default_factory=list)  # per rank, per step
+    waited: list[float] = field(default_factory=list)  # per rank, seconds runnable but not running
+
+    @property
+    def contention(self) -> float:
+        """The largest share of the call's wall time that a rank spent waiting for a CPU."""
+        return max(self.waited, default=0.0) / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def outputs(self) -> list[Any]:
@@ -166,6 +172,21 @@ class WorkerProcess:
         except OSError:
             pass
         return 0
+
+    def cpu_wait(self) -> float:
+        """Seconds this worker's threads have spent runnable but waiting for a CPU: the second
+        field of /proc/<pid>/task/<tid>/schedstat (run-queue delay, in nanoseconds)."""
+        total = 0
+        try:
+            tasks = os.listdir(f"/proc/{self.process.pid}/task")
+        except OSError:
+            return 0.0
+        for task in tasks:
+            try:
+                total += int(Path(f"/proc/{self.process.pid}/task/{task}/schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        return total / 1e9
 
     def log_size(self) -> int:
         try:
@@ -320,12 +341,14 @@ class World:
 
         written_before = [w.bytes_written() for w in self.workers]
         logged_before = [w.log_size() for w in self.workers]
+        waited_before = [w.cpu_wait() for w in self.workers]
         start = time.perf_counter()
         for worker in self.workers:
             worker.send(GO)
         deadline = time.monotonic() + time_limit
         replies, dead = self._collect(self.workers, deadline, grace_on_error=True)
         seconds = time.perf_counter() - start
+        waited = [w.cpu_wait() - before for w, before in zip(self.workers, waited_before)]
         bytes_sent = [
             w.bytes_written() - before - (w.log_size() - logged) - (replies[w.rank][1] if w.rank in replies else 0)
             for w, before, logged in zip(self.workers, written_before, logged_before)
@@ -349,6 +372,7 @@ class World:
             bytes_sent=[max(0, b) for b in bytes_sent],
             printed=printed,
             measurements=[m[4] for m in messages],
+            waited=[max(0.0, w) for w in waited],
         )
 
     def _fail(

@@ -320,7 +320,10 @@ class ForkedProcess:
         if self.returncode is None:
             try:
                 self.returncode = self.zygote.returncode(self.pid, timeout)
-            except ZygoteError:  # the zygote is gone and the worker with it, or adopted by init
+            except ZygoteError:  # the zygote is gone: the worker was adopted, its status is lost
+                deadline = time.monotonic() + min(timeout, 5.0)
+                while _running(self.pid) and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 self.returncode = None if _running(self.pid) else -signal.SIGKILL
         return self.returncode
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.perf import best_ratio, interleaved_ratio
+from grader.perf import Timing, best_ratio, interleaved_ratio, require_reliable
 from grader.sandbox import Step
 from grader.suites.attention.attention_reference import Case, check_against_reference, forward_backward
 
@@ -44,7 +44,7 @@ TINY = Case(1, 1, 1, 16, 16, 64, True, torch.bfloat16)
 _measured: dict[tuple[str, str], object] = {}
 
 
-def _student_seconds(submission, inputs, backward: bool) -> float:
+def _student_seconds(submission, inputs, backward: bool) -> Timing:
     """Seconds per call of flash_attention_triton (forward, or forward + backward)."""
     if backward:
         steps = [Step("forward_backward", ("flash_attention_triton", *x, True), send_back=False) for x in inputs]
@@ -52,12 +52,14 @@ def _student_seconds(submission, inputs, backward: bool) -> float:
     else:
         steps = [Step("flash_attention_triton", x[:3], {"causal": True}, send_back=False) for x in inputs]
         steps.append(Step("flash_attention_triton", TINY.inputs("tiny")[:3], {"causal": True}))
-    return submission.script(steps, time_limit_s=300).seconds / len(inputs)
+    result = submission.script(steps, time_limit_s=300)
+    return Timing(result.seconds / len(inputs), result.contention)
 
 
-def _sdpa_seconds(library, inputs, backward: bool) -> float:
+def _sdpa_seconds(library, inputs, backward: bool) -> Timing:
     target = "grader.suites.attention.attention_reference:sdpa_many"
-    return library.run(target, (inputs, True, backward), return_result=False).seconds / len(inputs)
+    result = library.run(target, (inputs, True, backward), return_result=False)
+    return Timing(result.seconds / len(inputs), result.contention)
 
 
 def _ratio(submission, library, case: Case, mode: str, copies: int, limit: float):
@@ -80,6 +82,7 @@ def _check(ratio, limit: float, case: Case, mode: str, record_property) -> None:
     record_property("time_ratio_vs_sdpa", round(ratio.ratio, 3))
     record_property("flash_attention_triton_ms", round(ratio.candidate_s * 1e3, 3))
     record_property("sdpa_ms", round(ratio.reference_s * 1e3, 3))
+    require_reliable(ratio)
     assert ratio.ratio <= limit, (
         f"flash_attention_triton ({mode}, {case.id}) took {ratio.candidate_s * 1e3:.2f} ms, {ratio.ratio:.2f}x "
         f"SDPA ({ratio.reference_s * 1e3:.2f} ms); this check needs <= {limit:g}x. Skip the key blocks above "

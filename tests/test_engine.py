@@ -1,0 +1,264 @@
+"""The grading engine's speed and what it must not trade for it: workers forked from a zygote,
+worlds kept after clean failures, stubs answered from their source, and timed checks that give
+no verdict on a busy machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from grader.course import Function, Module
+from grader.perf import (
+    CONTENTION_LIMIT,
+    NotMeasuredReliably,
+    Ratio,
+    Timing,
+    best_ratio,
+    interleaved_ratio,
+    require_reliable,
+)
+from grader.report import render
+from grader.results import FAILED, PASSED, UNMEASURED, GradeReport, ModuleResult, TestResult
+from grader.sandbox import Library, Submission, SubmissionError
+from grader.sandbox.landlock import signals_scoped
+from grader.sandbox.pool import WORLD_MARKER, World
+from grader.sandbox.stubs import stub_message
+from grader.sandbox.zygote import _zygotes
+
+PROBE = '''
+import os
+import torch
+
+
+def pid():
+    return os.getpid()
+
+
+def parent():
+    return os.getppid()
+
+
+def signal_parent(number):
+    os.kill(os.getppid(), number)
+
+
+def poison_torch():
+    torch.poisoned_by_a_worker = True
+
+
+def torch_is_poisoned():
+    return hasattr(torch, "poisoned_by_a_worker")
+
+
+def fails(text):
+    raise ValueError(text)
+
+
+def unwritten(x):
+    """A stub, as sync writes them."""
+    raise NotImplementedError("implement unwritten (lectures/probe.md, section 1)")
+
+
+class Unbuilt:
+    def __init__(self):
+        raise NotImplementedError("implement Unbuilt.__init__ (lectures/probe.md, section 1)")
+'''
+
+NAMES = ["pid", "parent", "signal_parent", "poison_torch", "torch_is_poisoned", "fails", "unwritten", "Unbuilt"]
+
+
+def _probe(folder: Path) -> Submission:
+    folder.mkdir(parents=True)
+    (folder / "probe.py").write_text(PROBE)
+    functions = {n: Function(n, "probe.py", "1. Probe") for n in NAMES}
+    module = Module("probe", "Probe", "lectures/probe.md", 1, ("probe.py",), functions, 10.0, 2048)
+    return Submission(module, folder)
+
+
+@pytest.fixture
+def probe(tmp_path):
+    submission = _probe(tmp_path / "probe")
+    yield submission
+    submission.close()
+
+
+def _zygote_pid() -> int:
+    return _zygotes["cpu"].process.pid
+
+
+def test_workers_are_forked_from_a_single_threaded_zygote_and_carry_their_worlds_marker():
+    world = World(2, submission=None)
+    try:
+        zygote = _zygote_pid()
+        assert len(os.listdir(f"/proc/{zygote}/task")) == 1, "the zygote must have one thread when it forks"
+        for worker in world.workers:
+            stat = Path(f"/proc/{worker.process.pid}/stat").read_text().rpartition(")")[2].split()
+            assert int(stat[1]) == zygote, "a worker's parent is the zygote"
+            assert int(stat[3]) == worker.process.pid, "a worker leads a session of its own"
+            environment = Path(f"/proc/{worker.process.pid}/environ").read_bytes().split(b"\0")
+            assert f"{WORLD_MARKER}={world.workdir}".encode() in environment
+            assert Path(f"/proc/{worker.process.pid}/cwd").resolve() == world.workdir.resolve()
+    finally:
+        world.close()
+
+
+def test_a_process_a_worker_starts_carries_the_marker_and_dies_with_the_world():
+    library = Library()
+    try:
+        command = f"sleep 60 >/dev/null 2>&1 & echo $! ; printenv {WORLD_MARKER}"
+        child, marker = library.run("subprocess:getoutput", (command,)).output.split()
+        assert Path(marker).name.startswith("grader-world1-")
+    finally:
+        library.close()
+    assert _state(child) in ("gone", "Z"), "a process started by a worker outlived its world"
+
+
+def _state(pid: int | str) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.skipif(not signals_scoped(), reason="the kernel's Landlock cannot scope signals")
+def test_a_sandboxed_worker_cannot_signal_the_zygote_though_a_trusted_one_can(probe):
+    """Landlock (ABI 6+) is what keeps a submission's worker away from the zygote: the same call
+    from a trusted worker (no hidden folders, no Landlock) reaches it."""
+    assert probe.function("parent")() == _zygote_pid()
+    with pytest.raises(SubmissionError, match="PermissionError"):
+        probe.function("signal_parent")(signal.SIGSTOP)
+    library = Library()
+    try:
+        assert library.run("os:getppid").output == _zygote_pid()
+        library.run("os:kill", (_zygote_pid(), 0))  # signal 0: the right to signal, checked only
+    finally:
+        library.close()
+    state = _state(_zygote_pid())
+    assert state in ("S", "R"), f"the zygote is in state {state} after a worker tried to stop it"
+
+
+def test_what_a_worker_changes_in_memory_stays_in_its_world(probe):
+    probe.function("poison_torch")()
+    assert probe.function("torch_is_poisoned")(), "the same worker keeps its own changes"
+    probe.restart()
+    assert not probe.function("torch_is_poisoned")(), "a new world must fork from the untouched zygote"
+
+
+def test_a_dead_zygote_is_replaced_for_the_next_world(probe):
+    first = probe.function("parent")()
+    os.kill(first, signal.SIGKILL)
+    os.waitpid(first, 0)
+    probe.restart()
+    second = probe.function("parent")()
+    assert second != first and second == _zygote_pid()
+
+
+def test_a_world_without_a_process_group_is_kept_after_an_exception(probe):
+    before = probe.function("pid")()
+    with pytest.raises(SubmissionError, match="ValueError: wrong"):
+        probe.function("fails")("wrong")
+    assert probe.function("pid")() == before
+
+
+def test_a_stub_is_answered_from_its_source_once_its_file_has_imported(probe, monkeypatch):
+    calls = []
+    real_call = World.call
+    monkeypatch.setattr(World, "call", lambda self, *a, **k: calls.append(a[-1]) or real_call(self, *a, **k))
+    with pytest.raises(SubmissionError) as first:
+        probe.function("unwritten")(1)  # the file has not been imported yet: a worker answers
+    assert calls == ["unwritten"]
+    with pytest.raises(SubmissionError) as again:
+        probe.function("unwritten")(2)
+    with pytest.raises(SubmissionError) as built:
+        probe.function("Unbuilt")()
+    assert calls == ["unwritten"], "a known stub must not reach a worker"
+    assert again.value.kind == first.value.kind == "not_implemented"
+    assert again.value.message == first.value.message
+    assert again.value.message.startswith("unwritten is not implemented yet: implement it in ")
+    assert built.value.message.startswith("Unbuilt.__init__ is not implemented yet")
+
+
+@pytest.mark.parametrize(
+    ("source", "stub"),
+    [
+        ("def f():\n    raise NotImplementedError('implement f')\n", "implement f"),
+        ("def f():\n    '''Doc.'''\n    raise NotImplementedError('implement f')\n", "implement f"),
+        ("class f:\n    def __init__(self):\n        raise NotImplementedError('x')\n", "x"),
+        ("def f():\n    raise NotImplementedError('a')\n\n\ndef f():\n    return 1\n", None),
+        ("def f():\n    raise NotImplementedError('a')\n\n\nf = lambda: 1\n", None),
+        ("def f():\n    raise NotImplementedError('a')\n\n\nglobals()['f'] = print\n", None),
+        ("import functools\n\n@functools.cache\ndef f():\n    raise NotImplementedError('a')\n", None),
+        ("def f():\n    raise ValueError('a')\n", None),
+        ("def f():\n    print(1)\n    raise NotImplementedError('a')\n", None),
+        ("class f(Base, metaclass=Meta):\n    def __init__(self):\n        raise NotImplementedError('x')\n", None),
+        ("class f:\n    pass\n\n\nf.__init__ = lambda self: None\n", None),
+        ("def f(:\n", None),
+    ],
+    ids=[
+        "stub",
+        "stub-with-docstring",
+        "class-with-stub-init",
+        "redefined",
+        "reassigned",
+        "dynamic-rebinding",
+        "decorated",
+        "other-exception",
+        "more-than-the-raise",
+        "metaclass",
+        "init-assigned-later",
+        "syntax-error",
+    ],
+)
+def test_only_a_function_certain_to_raise_not_implemented_counts_as_a_stub(tmp_path, source, stub):
+    (tmp_path / "m.py").write_text(source)
+    assert stub_message(tmp_path / "m.py", "f", frozenset()) == stub
+
+
+def test_a_given_definition_is_never_taken_for_the_students_stub(tmp_path):
+    (tmp_path / "m.py").write_text("def f():\n    raise NotImplementedError('a')\n")
+    assert stub_message(tmp_path / "m.py", "f", frozenset({"f"})) is None
+
+
+def _timings(*pairs: tuple[float, float]):
+    values = iter(pairs)
+    return lambda: Timing(*next(values))
+
+
+def test_a_ratio_measured_while_the_processes_waited_for_a_cpu_gives_no_verdict():
+    quiet = interleaved_ratio(_timings((2.0, 0.0), (2.0, 0.01)), _timings((1.0, 0.0), (1.0, 0.05)), rounds=1)
+    assert quiet.reliable and quiet.ratio == 2.0
+    require_reliable(quiet)
+    busy_reference = _timings((1.0, 0.5), (1.0, 0.5))
+    busy = interleaved_ratio(_timings((2.0, 0.0), (2.0, 0.0)), busy_reference, rounds=1)
+    assert busy.contention == 0.5 and not busy.reliable
+    with pytest.raises(NotMeasuredReliably, match="not measured reliably: the machine was busy"):
+        require_reliable(busy)
+
+
+def test_best_ratio_measures_again_while_the_machine_is_busy_and_keeps_a_reliable_measurement():
+    busy, calm = Ratio(1.0, 1.0, 1.0, contention=0.6), Ratio(3.5, 3.5, 1.0, contention=0.01)
+    measured = iter([busy, busy, calm])
+    assert best_ratio(lambda: next(measured), limit=4.0) == calm
+    always_busy = iter([busy, Ratio(1.0, 1.0, 1.0, contention=0.4), busy])
+    kept = best_ratio(lambda: next(always_busy), limit=4.0)
+    assert not kept.reliable and kept.contention == 0.4, "with no reliable measurement, the least contended"
+    assert CONTENTION_LIMIT < 0.4
+
+
+def test_an_unmeasured_check_is_worth_nothing_is_still_counted_and_says_rerun():
+    module = ModuleResult("moe", "MoE", 10.0)
+    module.tests = [
+        TestResult("moe", "test_correct", "hidden", PASSED),
+        TestResult("moe", "test_time", "hidden", UNMEASURED, message="not measured reliably: ... Rerun"),
+        TestResult("moe", "test_wrong", "hidden", FAILED, message="wrong"),
+    ]
+    module.assign_points()
+    assert [t.max_score for t in module.tests] == pytest.approx([10 / 3] * 3)
+    assert module.score == pytest.approx(10 / 3) and module.max_score == 10.0
+    report = GradeReport("course", "sub", "cpu", [module])
+    text = render(report, "text")
+    assert "rerun: 1 timed check(s) not measured" in text and "? test_time" in text
+    assert 'errors="1"' in render(report, "junit") and 'failures="1"' in render(report, "junit")
