@@ -16,11 +16,16 @@ so that its definitions override the reference's; its header says what grading i
                                   "landlock-signals": Landlock that also scopes signals (ABI 6+)
     # append: LINE                optional: a last line appended verbatim (for a file that must not parse)
 
-Every case is graded once, four at a time, each in its own grading process with its own
-temporary folder. The tests then prove that the grader finished and reported (in every output
-format), failed exactly what the case breaks with a message a student understands (so no cheat
-gains a point), and left no process or file behind. Grading the reference's performance checks
-five times must give identical scores.
+Every case is graded once. The cases of a module are graded one after another in one grading
+process (sharing its imports and its zygote), a few modules at a time; each such process first
+grades the reference on the same tests and sets no call's time limit below a few times the
+reference's slowest test, so that a case's short limit grows with the machine's load instead of
+failing a correct call on a busy machine. Cases graded on timed checks run afterwards, alone:
+a busy machine gives a timed check no verdict (grader/perf.py). The tests then prove that the
+grader finished and reported (in every output format), failed exactly what the case breaks with
+a message a student understands (so no cheat gains a point), and left no process or file behind.
+The reference's timed checks, graded four times under the corpus's load and once more in the
+full grading of the solutions, never fail.
 """
 
 from __future__ import annotations
@@ -43,19 +48,22 @@ from pathlib import Path
 import pytest
 
 from grader.report import FORMATS, render
-from grader.results import PASSED, SKIPPED, GradeReport
+from grader.results import PASSED, SKIPPED, UNMEASURED, GradeReport
 from grader.sandbox.landlock import landlock_available, signals_scoped
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"
 MODULES = ("collectives", "zero", "attention", "moe", "kv_cache", "quantization")
 TIME_LIMIT_S = 2.0
-GRADING_TIMEOUT_S = 300.0  # one whole grading: a safety net far above the slowest (~100 s on a busy machine)
+CALIBRATION_FACTOR = 3.0  # no call's limit below 3x the slowest test of the reference, same process
+CASES_PER_PROCESS = 8
+PROCESS_TIMEOUT_S = 900.0  # one grading process: a safety net far above the slowest (~100 s)
 WORKERS = 4  # most of a case's time is spent waiting on hung calls: they overlap well
 PERF_RUNS = 5  # gradings of the reference's measured performance checks (the last: solutions_results)
 # The performance checks whose verdict depends on the machine: time ratios. The others count
 # (bytes by the kernel, operators, FLOPs, tensor sizes) and are proven both ways elsewhere.
-PERF_SELECT = "perf and (time_within or at_least_2x)"
+TIMED = "time_within or at_least_2x"
+PERF_SELECT = f"perf and ({TIMED})"
 HEADER = re.compile(r"^# (target|select|fails|kind|message|score|base|time-limit|needs|append): ?(.*)$")
 
 
@@ -82,6 +90,11 @@ class Case:
     @property
     def path(self) -> Path:
         return CORPUS / self.module / f"{self.name}.py"
+
+    @property
+    def timed(self) -> bool:
+        """Whether the case is graded on a timed check (which needs a quiet machine)."""
+        return any(word in self.select for word in TIMED.split(" or "))
 
 
 def load_case(path: Path) -> Case:
@@ -124,37 +137,48 @@ def build(case: Case, root: Path) -> Path:
 
 @dataclass
 class Graded:
-    seconds: float
-    returncode: int | None  # None: the grading did not finish within GRADING_TIMEOUT_S
+    seconds: float  # of the whole grading process the case was graded in
+    returncode: int | None  # of that process; None: it did not finish within PROCESS_TIMEOUT_S
     stderr: str
     out: Path  # the report the grading wrote, read only when checked (a late write would show)
 
 
-def _grade(case: Case, root: Path, env: dict[str, str]) -> Graded:
-    submission = build(case, root / "submission")
-    command = [str(submission), case.module, "--select", case.select, "--time-limit", f"{case.time_limit_s:g}"]
-    return _run_grading(command, root / "report.json", env)
+def _job(submission: Path, modules: list[str], select: str | None, limit: float | None, out: Path) -> dict:
+    return {"submission": str(submission), "modules": modules, "select": select, "time_limit_s": limit, "out": str(out)}
 
 
-def _grade_reference_perf(root: Path, env: dict[str, str]) -> Graded:
-    return _run_grading([str(ROOT / "solutions"), "--select", PERF_SELECT], root / "report.json", env)
+def _case_job(case: Case, root: Path) -> dict:
+    return _job(build(case, root / "submission"), [case.module], case.select, case.time_limit_s, root / "report.json")
 
 
-def _run_grading(arguments: list[str], out: Path, env: dict[str, str]) -> Graded:
-    """tests/corpus/grade.py ARGUMENTS --out OUT in a session of its own, killed at the timeout."""
-    command = [sys.executable, str(CORPUS / "grade.py"), *arguments, "--out", str(out)]
+def _calibration(cases: list[Case]) -> dict:
+    """Grade the reference first on every test the cases are graded on (see grade.py)."""
+    select = " or ".join(f"({c.select})" for c in cases)
+    reference = str(ROOT / "solutions")
+    return {"submission": reference, "modules": [cases[0].module], "select": select, "factor": CALIBRATION_FACTOR}
+
+
+def _run_process(plan: dict, folder: Path, env: dict[str, str]) -> Graded:
+    """tests/corpus/grade.py PLAN in a session of its own, killed at the timeout."""
+    plan_file = folder / "plan.json"
+    plan_file.write_text(json.dumps(plan))
     started = time.monotonic()
     with subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        [sys.executable, str(CORPUS / "grade.py"), str(plan_file)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     ) as process:
         try:
-            _, stderr = process.communicate(timeout=GRADING_TIMEOUT_S)
+            _, stderr = process.communicate(timeout=PROCESS_TIMEOUT_S)
             code: int | None = process.returncode
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             _, stderr = process.communicate()
             code = None
-    return Graded(time.monotonic() - started, code, stderr.decode(errors="replace")[-3000:], out)
+    return Graded(time.monotonic() - started, code, stderr.decode(errors="replace")[-3000:], folder / "report.json")
 
 
 def _children_cpu_s() -> float:
@@ -169,27 +193,46 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("corpus-tmp")
 
 
+def _batches(cases: list[Case]) -> list[list[Case]]:
+    """The cases of each module in groups of at most CASES_PER_PROCESS."""
+    batches = []
+    for module in MODULES:
+        of_module = [c for c in cases if c.module == module]
+        batches += [of_module[i : i + CASES_PER_PROCESS] for i in range(0, len(of_module), CASES_PER_PROCESS)]
+    return batches
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory: pytest.TempPathFactory, scratch: Path) -> dict[str, Graded]:
     env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("GRADER_SEED", None)
+    folders = {case.id: tmp_path_factory.mktemp(case.name) for case in CASES}
 
-    def one(job: Case | int) -> Graded:
-        if isinstance(job, int):
-            return _grade_reference_perf(tmp_path_factory.mktemp(f"perf{job}"), env)
-        return _grade(job, tmp_path_factory.mktemp(job.name), env)
+    def run(name: str, batch: list[Case] | None) -> dict[str, Graded]:
+        if batch is None:  # a run of the reference's timed checks
+            folder = tmp_path_factory.mktemp(name)
+            reference = _job(ROOT / "solutions", [], PERF_SELECT, None, folder / "report.json")
+            return {name: _run_process({"calibrate": None, "jobs": [reference]}, folder, env)}
+        plan = {"calibrate": _calibration(batch), "jobs": [_case_job(c, folders[c.id]) for c in batch]}
+        process = _run_process(plan, tmp_path_factory.mktemp(name), env)
+        return {c.id: Graded(**{**vars(process), "out": folders[c.id] / "report.json"}) for c in batch}
 
-    # The reference's performance runs are the longest jobs: they start first, beside the cases.
-    jobs: list[Case | int] = [*range(PERF_RUNS - 1), *CASES]
+    # The reference's performance runs are the longest processes: they start first, beside the cases.
+    jobs: list[tuple[str, list[Case] | None]] = [(f"perf{run}", None) for run in range(PERF_RUNS - 1)]
+    untimed = _batches([c for c in CASES if not c.timed])
+    jobs += [(f"cases-{batch[0].module}-{i}", batch) for i, batch in enumerate(untimed)]
     started, cpu_before = time.monotonic(), _children_cpu_s()
+    results: dict[str, Graded] = {}
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        done = list(pool.map(one, jobs))
-    results = {f"perf{job}" if isinstance(job, int) else job.id: g for job, g in zip(jobs, done)}
-    elapsed = time.monotonic() - started
-    timings = ", ".join(f"{name} {g.seconds:.0f}" for name, g in sorted(results.items(), key=lambda r: -r[1].seconds))
+        for done in pool.map(lambda job: run(*job), jobs):
+            results.update(done)
+    under_load = time.monotonic() - started
+    for i, batch in enumerate(_batches([c for c in CASES if c.timed])):  # alone: timed checks need quiet
+        results.update(run(f"timed-{batch[0].module}-{i}", batch))
     print(
-        f"\ncorpus: {len(CASES)} cases and {PERF_RUNS - 1} reference performance runs graded in {elapsed:.0f} s "
-        f"({_children_cpu_s() - cpu_before:.0f} CPU s); seconds per job: {timings}"
+        f"\ncorpus: {len(CASES)} cases and {PERF_RUNS - 1} reference performance runs graded in "
+        f"{time.monotonic() - started:.0f} s, {under_load:.0f} s of them in parallel "
+        f"({_children_cpu_s() - cpu_before:.0f} CPU s)"
     )
     return results
 
@@ -200,8 +243,9 @@ def _report(graded: dict[str, Graded], case: Case) -> GradeReport:
     if case.needs == "landlock-signals" and not signals_scoped():
         pytest.skip("the kernel's Landlock cannot scope signals: a worker can signal the grader")
     result = graded[case.id]
-    assert result.returncode is not None, f"grading did not finish within {GRADING_TIMEOUT_S:g} s"
-    assert result.returncode == 0, f"the grader exited {result.returncode}:\n{result.stderr}"
+    assert result.returncode is not None, f"its grading process did not finish within {PROCESS_TIMEOUT_S:g} s"
+    assert result.returncode == 0, f"its grading process exited {result.returncode}:\n{result.stderr}"
+    assert result.out.is_file(), "the grading wrote no report"
     data = json.loads(result.out.read_text())
     assert "modules" in data, f"the report was overwritten by something else: {str(data)[:300]}"
     return GradeReport.from_dict(data)
@@ -232,6 +276,8 @@ def test_corpus_case_fails_exactly_what_it_breaks_with_a_clear_message(case: Cas
         return
     first = next((tests[n] for n in sorted(should_fail) if not tests[n].message.startswith("not run:")), None)
     assert first is not None, "every failure says 'not run': the first real failure is missing"
+    if first.kind == UNMEASURED and case.timed:  # no verdict either way: the machine was busy
+        pytest.skip(f"{first.name}: {first.message}")
     assert first.kind == case.kind, f"kind {first.kind!r}, expected {case.kind!r}:\n{first.message}"
     assert re.search(case.message, first.message), f"message does not match {case.message!r}:\n{first.message}"
     if case.score is not None:
@@ -282,9 +328,10 @@ def test_corpus_leaves_no_process_or_temporary_file_behind(graded, scratch):
     assert not leftovers, f"files left in the temporary folder: {leftovers[:10]}"
 
 
-def test_reference_passes_the_measured_performance_checks_five_times_in_a_row(graded, solutions_results):
-    """Performance checks never flip: the time-ratio checks are graded 4 times beside the corpus
-    (under its load) and a 5th time in the full grading of the solutions, passing every time."""
+def test_reference_never_fails_a_timed_check_under_load_and_passes_them_when_measured(graded, solutions_results):
+    """Timed checks never flip: graded 4 times beside the corpus (under its load, where most
+    give no verdict) and a 5th time in the full grading of the solutions, the reference's timed
+    checks pass or, on a busy machine, are not measured; never do they fail."""
     runs = []
     for run in range(PERF_RUNS - 1):
         result = graded[f"perf{run}"]
@@ -296,6 +343,8 @@ def test_reference_passes_the_measured_performance_checks_five_times_in_a_row(gr
     assert set(full) == measured, f"not in the full grading: {sorted(measured - set(full))}"
     runs.append(full)
     for number, run in enumerate(runs, 1):
-        failing = [f"{name}: {message}" for name, (status, message) in run.items() if status != PASSED]
+        failing = [f"{name}: {m}" for name, (status, m) in run.items() if status not in (PASSED, UNMEASURED)]
         assert not failing, f"run {number}: the reference failed performance checks:\n" + "\n".join(failing)
+        for status, message in run.values():
+            assert status == PASSED or message.startswith("not measured reliably"), message
     assert all(set(run) == measured for run in runs), "different checks ran in different runs"

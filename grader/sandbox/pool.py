@@ -57,12 +57,14 @@ class CallResult:
     bytes_sent: list[int]  # bytes each rank wrote to sockets/files during the call
     printed: list[str] = field(default_factory=list)
     measurements: list[list[dict[str, Any]]] = field(default_factory=list)  # per rank, per step
-    waited: list[float] = field(default_factory=list)  # per rank, seconds runnable but not running
+    others_cpu_s: float = 0.0  # CPU seconds the machine spent on other processes during the call
 
     @property
     def contention(self) -> float:
-        """The largest share of the call's wall time that a rank spent waiting for a CPU."""
-        return max(self.waited, default=0.0) / self.seconds if self.seconds > 0 else 0.0
+        """The share of the machine's CPU capacity during the call that went to processes other
+        than this world's and the grader's: 0 on a quiet machine, near 1 when it is saturated."""
+        capacity = self.seconds * CPUS
+        return min(1.0, max(0.0, self.others_cpu_s / capacity)) if capacity > 0 else 0.0
 
     @property
     def outputs(self) -> list[Any]:
@@ -72,6 +74,29 @@ class CallResult:
     @property
     def output(self) -> Any:
         return self.steps[0][0]
+
+
+CPUS = os.cpu_count() or 1
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all CPUs have spent on anything but idling since boot (/proc/stat, in ticks)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    user, nice, system, _idle, _iowait, _irq, _softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + steal) * _TICK_S
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds process `pid` has used, all its threads and the children it waited for."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) * _TICK_S  # utime, stime, cutime, cstime: fields 14-17
 
 
 def worker_environment(device: str) -> dict[str, str]:
@@ -172,21 +197,6 @@ class WorkerProcess:
         except OSError:
             pass
         return 0
-
-    def cpu_wait(self) -> float:
-        """Seconds this worker's threads have spent runnable but waiting for a CPU: the second
-        field of /proc/<pid>/task/<tid>/schedstat (run-queue delay, in nanoseconds)."""
-        total = 0
-        try:
-            tasks = os.listdir(f"/proc/{self.process.pid}/task")
-        except OSError:
-            return 0.0
-        for task in tasks:
-            try:
-                total += int(Path(f"/proc/{self.process.pid}/task/{task}/schedstat").read_text().split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-        return total / 1e9
 
     def log_size(self) -> int:
         try:
@@ -341,14 +351,14 @@ class World:
 
         written_before = [w.bytes_written() for w in self.workers]
         logged_before = [w.log_size() for w in self.workers]
-        waited_before = [w.cpu_wait() for w in self.workers]
+        busy_before, ours_before = machine_busy_s(), self._our_cpu_s()
         start = time.perf_counter()
         for worker in self.workers:
             worker.send(GO)
         deadline = time.monotonic() + time_limit
         replies, dead = self._collect(self.workers, deadline, grace_on_error=True)
         seconds = time.perf_counter() - start
-        waited = [w.cpu_wait() - before for w, before in zip(self.workers, waited_before)]
+        others_cpu_s = (machine_busy_s() - busy_before) - (self._our_cpu_s() - ours_before)
         bytes_sent = [
             w.bytes_written() - before - (w.log_size() - logged) - (replies[w.rank][1] if w.rank in replies else 0)
             for w, before, logged in zip(self.workers, written_before, logged_before)
@@ -372,8 +382,12 @@ class World:
             bytes_sent=[max(0, b) for b in bytes_sent],
             printed=printed,
             measurements=[m[4] for m in messages],
-            waited=[max(0.0, w) for w in waited],
+            others_cpu_s=max(0.0, others_cpu_s),
         )
+
+    def _our_cpu_s(self) -> float:
+        """CPU seconds used so far by this world's workers and by the grader's process."""
+        return process_cpu_s(os.getpid()) + sum(process_cpu_s(w.process.pid) for w in self.workers)
 
     def _fail(
         self,

@@ -1,40 +1,52 @@
-"""Grade one corpus case the way the CLI does, keeping the whole GradeReport.
+"""Grade corpus cases the way the CLI does, one after another in this process, keeping every
+GradeReport whole.
 
-    python tests/corpus/grade.py SUBMISSION [MODULE ...] [--select EXPR] [--time-limit S] --out REPORT.json
+    python tests/corpus/grade.py JOBS.json
 
-Writes `GradeReport.to_dict()` as JSON to REPORT.json after grading has finished (and every
-worker is gone), so a test can rebuild the report and render it in every format. Like
-`python -m grader grade --out`, only this process writes the file, and only at the end.
+JOBS.json: {"calibrate": CALIBRATION or null, "jobs": [JOB, ...]}, where a JOB is
+{"submission": FOLDER, "modules": [...], "select": EXPR or null, "time_limit_s": S or null,
+"out": REPORT.json}. Each job's `GradeReport.to_dict()` is written to its `out` after its grading
+has finished (and every worker of it is gone); like `python -m grader grade --out`, only this
+process writes the file. Grading several cases in one process shares its imports and its zygote
+(grader/sandbox/zygote.py); each case still gets workers of its own.
+
+CALIBRATION is {"submission": REFERENCE, "modules": [...], "select": EXPR, "factor": F}: the
+reference is graded first, on the same machine under the same load, and no job's time limit is
+set below F times its slowest test. A case that must hang keeps a short limit on a quiet machine
+and gets a longer one on a busy machine, where the reference's correct calls take longer too.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from grader.course import COURSE_ROOT, load_course
+from grader.results import SKIPPED
 from grader.runner import grade
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("submission", type=Path)
-    parser.add_argument("modules", nargs="*", help="default: every module")
-    parser.add_argument("--select", default=None)
-    parser.add_argument("--time-limit", type=float, default=None)
-    parser.add_argument("--out", type=Path, required=True)
-    options = parser.parse_args()
+    plan = json.loads(Path(sys.argv[1]).read_text())
     course = load_course(COURSE_ROOT)
-    report = grade(
-        course,
-        options.modules or list(course.modules),
-        options.submission.resolve(),
-        select=options.select,
-        time_limit_s=options.time_limit,
-    )
-    options.out.write_text(json.dumps(report.to_dict()))
+    floor = 0.0
+    if calibration := plan.get("calibrate"):
+        report = grade(
+            course, calibration["modules"], Path(calibration["submission"]).resolve(), select=calibration["select"]
+        )
+        slowest = max((t.duration_s for t in report.tests if t.status != SKIPPED), default=0.0)
+        floor = calibration["factor"] * slowest
+    for job in plan["jobs"]:
+        limit = job["time_limit_s"]
+        report = grade(
+            course,
+            job["modules"] or list(course.modules),
+            Path(job["submission"]).resolve(),
+            select=job["select"],
+            time_limit_s=None if limit is None else max(limit, floor),
+        )
+        Path(job["out"]).write_text(json.dumps(report.to_dict()))
     return 0
 
 
