@@ -8,7 +8,7 @@ both ways by the last test here, which needs a CUDA device: `make gpu-check` run
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT, build_variant, by_name, grade_json
+from conftest import ROOT, build_variant, by_name, grade_json, module_results
 
 MEMORY = "test_flash_attention_torch_never_materialises_the_score_matrix"
 CASES = {  # parametrization id -> (B*H*N*d of the inputs, B*H*Nq*Nk of the scores, B*H*64*Nk of a tile row)
@@ -22,9 +22,8 @@ def _memory_tests(tests: dict) -> dict[str, dict]:
     return {name.split("[")[1].rstrip("]"): test for name, test in tests.items() if name.startswith(MEMORY)}
 
 
-def test_reference_passes_the_memory_check_and_the_probe_counts_the_inputs(tmp_path):
-    results = grade_json(ROOT / "solutions", "attention", "--select", "never_materialises", out=tmp_path / "r.json")
-    memory = _memory_tests(by_name(results))
+def test_reference_passes_the_memory_check_and_the_probe_counts_the_inputs(solutions_results):
+    memory = _memory_tests(module_results(solutions_results, "attention"))
     assert set(memory) == set(CASES)
     for case, test in memory.items():
         assert test["status"] == "passed", test["output"]

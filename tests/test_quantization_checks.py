@@ -6,12 +6,13 @@ exactly, and the operator count is not zero."""
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT, VARIANTS, build_variant, by_name, grade_json
+from conftest import ROOT, VARIANTS, build_variant, by_name, grade_json, module_results
 
 
 @pytest.fixture(scope="module")
-def reference_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return by_name(grade_json(ROOT / "solutions", "quantization", out=tmp_path_factory.mktemp("q") / "r.json"))
+def reference_results(solutions_results: dict) -> dict:
+    """The quantization module of the session's full grading of the solutions."""
+    return module_results(solutions_results, "quantization")
 
 
 def grade_variant(variant: str, select: str, tmp_path, *options: str) -> dict[str, dict]:

@@ -5,7 +5,7 @@ are checked too: the reference's figures are not zero (a blind counter would pas
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT, build_variant, by_name, grade_json
+from conftest import build_variant, by_name, grade_json, measured, module_results
 
 SAVED = "test_checkpointing_saves_only_segment_boundaries"
 BUCKETS = "test_ddp_allreduces_each_gradient_once_in_buckets"
@@ -14,10 +14,6 @@ STATE = "test_sharded_optimizer_keeps_a_1_over_p_share_of_the_state"
 TORCH_ZERO = "test_sharded_optimizer_stage_1_matches_torch_zero_redundancy_optimizer"
 RESIDENT = "test_fully_shard_holds_only_its_shards_between_layers"
 TIME = "test_ddp_training_time_within_3x_torch_distributed_data_parallel"
-PERF = (
-    "segment_boundaries or once_in_buckets or while_backward or 1_over_p or zero_redundancy "
-    "or holds_only_its_shards or training_time"
-)
 
 
 def grade(tmp_path, variant: str, select: str) -> dict[str, dict]:
@@ -35,10 +31,9 @@ def assert_only_failing(tests: dict[str, dict], *failing: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict[str, dict]:
-    """The reference solution graded on its performance checks only."""
-    out = tmp_path_factory.mktemp("zero-reference") / "r.json"
-    return by_name(grade_json(ROOT / "solutions", "zero", "--select", PERF, out=out))
+def reference(solutions_results) -> dict[str, dict]:
+    """The reference solution's grading (the session's full grading of the solutions)."""
+    return module_results(solutions_results, "zero")
 
 
 def test_reference_saves_exactly_the_segment_boundaries(reference):
@@ -89,7 +84,7 @@ def test_torch_distributed_data_parallel_is_refused(tmp_path):
 
 
 def test_reference_ddp_trains_within_the_time_limit_of_torch_ddp(reference):
-    test = reference[TIME]
+    test = measured(reference[TIME])
     assert test["status"] == "passed", test["output"]
     assert test["extra_data"]["torch_ddp_s"] > 0
 
@@ -99,7 +94,7 @@ def test_per_parameter_allreduce_is_correct_but_fails_the_bucket_count_and_the_t
     tests = grade(tmp_path, "per_parameter_allreduce", select)
     assert_only_failing(tests, BUCKETS, TIME)
     assert "6 dist.all_reduce calls" in tests[BUCKETS]["output"]
-    assert tests[TIME]["extra_data"]["time_ratio_vs_torch_ddp"] > 3.0
+    assert measured(tests[TIME])["extra_data"]["time_ratio_vs_torch_ddp"] > 3.0
 
 
 def test_allreduce_after_backward_is_correct_but_fails_the_overlap_check(tmp_path):
