@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("list", help="the syllabus: modules, files, functions, points")
 
     bench = commands.add_parser("bench", help="reference figures beside library anchors and bounds")
-    bench.add_argument("modules", nargs="*", metavar="MODULE")
+    bench.add_argument("modules", nargs="*", metavar="MODULE", help="modules, or engine for the grader's own figures")
 
     for name, module in _delivery_commands().items():
         module.add_arguments(commands.add_parser(name, help=module.HELP))
@@ -159,7 +159,9 @@ def _bench(course: Course, options: argparse.Namespace) -> int:
     if not (course.root / "solutions").is_dir():
         raise UsageError("bench measures the reference solutions, and there is no solutions/ folder here")
 
-    run_benchmarks(course, _modules(course, options.modules))
+    names = options.modules or [*course.modules, "engine"]
+    _modules(course, [n for n in names if n != "engine"])  # an unknown name is a usage error
+    run_benchmarks(course, names)
     return 0
 
 

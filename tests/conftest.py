@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -28,10 +30,62 @@ def run_grader(*args: str, timeout: float = 900, env: dict[str, str] | None = No
     )
 
 
-def grade_json(submission: Path | str, *args: str, out: Path) -> dict:
-    """Grade and return the Gradescope-shaped results; fail with the grader's output if it broke."""
-    completed = run_grader("grade", "--submission", str(submission), "--format", "json", "--out", str(out), *args)
-    assert completed.returncode == 0, f"grader exited {completed.returncode}:\n{completed.stderr[-3000:]}"
+class GradingServer:
+    """tests/grading_server.py: `python -m grader ARGS` answered by one process for the session."""
+
+    def __init__(self) -> None:
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - open for the life of the server
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "grading_server.py")],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+
+    def run(self, args: list[str], timeout: float) -> tuple[int, str]:
+        """The exit status of `python -m grader ARGS`, and what it wrote to standard error."""
+        start = self.log.seek(0, os.SEEK_END)
+        self.process.stdin.write(json.dumps(args) + "\n")
+        self.process.stdin.flush()
+        timer = threading.Timer(timeout, self.process.kill)
+        timer.start()
+        try:
+            while (line := self.process.stdout.readline()) and not line.startswith("GRADED "):
+                continue
+        finally:
+            timer.cancel()
+        self.log.seek(start)
+        stderr = self.log.read().decode(errors="replace")
+        if not line:
+            raise AssertionError(f"the grading server died (or ran past {timeout:g} s):\n{stderr[-3000:]}")
+        return int(line.split()[1]), stderr
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.log.close()
+
+
+_server: list[GradingServer] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_the_grading_server():
+    yield
+    for server in _server:
+        server.close()
+
+
+def grade_json(submission: Path | str, *args: str, out: Path, timeout: float = 900) -> dict:
+    """Grade and return the Gradescope-shaped results; fail with the grader's output if it broke.
+    Runs `python -m grader grade` in the session's grading server (the CLI, in one process)."""
+    if not _server or _server[0].process.poll() is not None:
+        _server[:] = [GradingServer()]
+    command = ["grade", "--submission", str(submission), "--format", "json", "--out", str(out), *args]
+    code, stderr = _server[0].run(command, timeout)
+    assert code == 0, f"grader exited {code}:\n{stderr[-3000:]}"
     return json.loads(out.read_text())
 
 

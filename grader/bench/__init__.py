@@ -1,5 +1,6 @@
 """`make bench`: for each module, the reference solution's figures beside the library a user
-would otherwise pick and beside the physical bound, all measured in the same run."""
+would otherwise pick and beside the physical bound, all measured in the same run; and the
+grader's own figures ("engine": world start, grading time per module and for the course)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 # select: router_z_loss_matches or expert_capacity_is
 # fails: router_z_loss
 # kind: exception
-# message: os\.kill\(os\.getppid\(\), signal\.SIGINT\)\n(.*\n)*.*PermissionError: \[Errno 1\] Operation not permitted
+# message: os\.kill\(grader, signal\.SIGINT\)\n(.*\n)*.*PermissionError: \[Errno 1\] Operation not permitted
 # needs: landlock-signals
 
 import os
@@ -12,6 +12,9 @@ import signal
 
 
 def router_z_loss(router_logits):
-    os.kill(os.getppid(), signal.SIGINT)
-    os.kill(os.getppid(), signal.SIGKILL)
+    # The worker's parent is the zygote that forked it; the zygote's parent is the grader.
+    with open(f"/proc/{os.getppid()}/stat") as stat:
+        grader = int(stat.read().rpartition(")")[2].split()[1])
+    os.kill(grader, signal.SIGINT)
+    os.kill(grader, signal.SIGKILL)
     return router_logits.sum() * 0
