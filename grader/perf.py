@@ -83,17 +83,20 @@ def interleaved_ratio(
 
 
 def best_ratio(measure: Callable[[], Ratio], limit: float, retries: int = 3) -> Ratio:
-    """Measure up to `retries` times while the ratio exceeds `limit` or the machine was too busy
-    to judge it; keep the best reliable measurement (the least contended if none was).
+    """Measure up to `retries` times while the ratio exceeds `limit`, or once more when the
+    machine was a little too busy to judge it; keep the best reliable measurement (the least
+    contended if none was).
 
     A ratio over twice the limit is not retried: noise in a median of interleaved rounds does
     not double a time, so only near misses get another chance.
     """
-    best, busy_retries = measure(), 1  # a busy machine is rarely quiet a moment later: one more try
+    best, busy_retries = measure(), 1
     for _ in range(retries - 1):
         if best.reliable and (best.ratio <= limit or best.ratio > 2 * limit):
             break
-        if not best.reliable and not busy_retries:
+        # A machine a little too busy gets one more try; a saturated one is rarely quiet a
+        # moment later.
+        if not best.reliable and (not busy_retries or best.contention > 2 * CONTENTION_LIMIT):
             break
         busy_retries -= not best.reliable
         again = measure()

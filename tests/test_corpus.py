@@ -56,9 +56,9 @@ CORPUS = ROOT / "tests" / "corpus"
 MODULES = ("collectives", "zero", "attention", "moe", "kv_cache", "quantization")
 TIME_LIMIT_S = 2.0
 CALIBRATION_FACTOR = 3.0  # no call's limit below 3x the slowest test of the reference, same process
-CASES_PER_PROCESS = 8
+CASES_PER_BATCH = 8  # cases calibrated by one grading of the reference
 PROCESS_TIMEOUT_S = 900.0  # one grading process: a safety net far above the slowest (~100 s)
-WORKERS = 4  # most of a case's time is spent waiting on hung calls: they overlap well
+WORKERS = 4  # grading processes at once, each with one reference run: hung calls overlap well
 PERF_RUNS = 5  # gradings of the reference's measured performance checks (the last: solutions_results)
 # The performance checks whose verdict depends on the machine: time ratios. The others count
 # (bytes by the kernel, operators, FLOPs, tensor sizes) and are proven both ways elsewhere.
@@ -194,45 +194,63 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _batches(cases: list[Case]) -> list[list[Case]]:
-    """The cases of each module in groups of at most CASES_PER_PROCESS."""
+    """The cases of each module in groups of at most CASES_PER_BATCH."""
     batches = []
     for module in MODULES:
         of_module = [c for c in cases if c.module == module]
-        batches += [of_module[i : i + CASES_PER_PROCESS] for i in range(0, len(of_module), CASES_PER_PROCESS)]
+        batches += [of_module[i : i + CASES_PER_BATCH] for i in range(0, len(of_module), CASES_PER_BATCH)]
     return batches
+
+
+def _share(batches: list[list[Case]], processes: int) -> list[list[list[Case]]]:
+    """Batches dealt to processes, largest first to the least loaded (a case that hangs counts 3)."""
+    shares: list[list[list[Case]]] = [[] for _ in range(processes)]
+    load = [0] * processes
+    for batch in sorted(batches, key=lambda b: -sum(1 + 2 * (c.kind == "timeout") for c in b)):
+        least = load.index(min(load))
+        shares[least].append(batch)
+        load[least] += sum(1 + 2 * (c.kind == "timeout") for c in batch)
+    return shares
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory: pytest.TempPathFactory, scratch: Path) -> dict[str, Graded]:
+    """Every case graded, and the reference's timed checks PERF_RUNS - 1 times under load: one
+    grading process per worker slot runs one reference run, then its share of module batches
+    (each calibrated first); the timed cases follow in one process of their own, alone."""
     env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("GRADER_SEED", None)
     folders = {case.id: tmp_path_factory.mktemp(case.name) for case in CASES}
 
-    def run(name: str, batch: list[Case] | None) -> dict[str, Graded]:
-        if batch is None:  # a run of the reference's timed checks
-            folder = tmp_path_factory.mktemp(name)
+    def run(name: str, perf_run: bool, batches: list[list[Case]], calibrate: bool) -> dict[str, Graded]:
+        folder = tmp_path_factory.mktemp(name)
+        groups = []
+        if perf_run:
             reference = _job(ROOT / "solutions", [], PERF_SELECT, None, folder / "report.json")
-            return {name: _run_process({"calibrate": None, "jobs": [reference]}, folder, env)}
-        plan = {"calibrate": _calibration(batch), "jobs": [_case_job(c, folders[c.id]) for c in batch]}
-        process = _run_process(plan, tmp_path_factory.mktemp(name), env)
-        return {c.id: Graded(**{**vars(process), "out": folders[c.id] / "report.json"}) for c in batch}
+            groups.append({"calibrate": None, "jobs": [reference]})
+        for batch in batches:
+            jobs = [_case_job(c, folders[c.id]) for c in batch]
+            if not calibrate:  # a case graded on timed checks does not hang: the module's own limit
+                jobs = [{**job, "time_limit_s": None} for job in jobs]
+            groups.append({"calibrate": _calibration(batch) if calibrate else None, "jobs": jobs})
+        process = _run_process({"groups": groups}, folder, env)
+        cases = {c.id: Graded(**{**vars(process), "out": folders[c.id] / "report.json"}) for b in batches for c in b}
+        return {**cases, **({name: process} if perf_run else {})}
 
-    # The reference's performance runs are the longest processes: they start first, beside the cases.
-    jobs: list[tuple[str, list[Case] | None]] = [(f"perf{run}", None) for run in range(PERF_RUNS - 1)]
-    untimed = _batches([c for c in CASES if not c.timed])
-    jobs += [(f"cases-{batch[0].module}-{i}", batch) for i, batch in enumerate(untimed)]
+    shares = _share(_batches([c for c in CASES if not c.timed]), WORKERS)
     started, cpu_before = time.monotonic(), _children_cpu_s()
     results: dict[str, Graded] = {}
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        for done in pool.map(lambda job: run(*job), jobs):
+        for done in pool.map(lambda i: run(f"perf{i}", i < PERF_RUNS - 1, shares[i], True), range(WORKERS)):
             results.update(done)
     under_load = time.monotonic() - started
-    for i, batch in enumerate(_batches([c for c in CASES if c.timed])):  # alone: timed checks need quiet
-        results.update(run(f"timed-{batch[0].module}-{i}", batch))
+    results.update(run("timed", False, _batches([c for c in CASES if c.timed]), False))  # alone: quiet
+    processes = {(g.seconds, g.returncode): name for name, g in results.items() if name.startswith("perf")}
     print(
         f"\ncorpus: {len(CASES)} cases and {PERF_RUNS - 1} reference performance runs graded in "
         f"{time.monotonic() - started:.0f} s, {under_load:.0f} s of them in parallel "
-        f"({_children_cpu_s() - cpu_before:.0f} CPU s)"
+        f"({_children_cpu_s() - cpu_before:.0f} CPU s); seconds per process: "
+        + ", ".join(f"{name} {key[0]:.0f}" for key, name in processes.items())
     )
     return results
 

@@ -238,16 +238,19 @@ def test_a_ratio_measured_while_the_processes_waited_for_a_cpu_gives_no_verdict(
         require_reliable(busy)
 
 
-def test_best_ratio_measures_once_more_when_the_machine_was_busy_and_keeps_a_reliable_measurement():
-    busy, calm = Ratio(1.0, 1.0, 1.0, contention=0.6), Ratio(3.5, 3.5, 1.0, contention=0.01)
+def test_best_ratio_measures_once_more_when_the_machine_was_a_little_busy_and_keeps_a_reliable_one():
+    busy, calm = Ratio(1.0, 1.0, 1.0, contention=0.4), Ratio(3.5, 3.5, 1.0, contention=0.01)
     measured = iter([busy, calm])
     assert best_ratio(lambda: next(measured), limit=4.0) == calm
-    still_busy = Ratio(1.0, 1.0, 1.0, contention=0.4)
+    still_busy = Ratio(1.0, 1.0, 1.0, contention=0.3)
     measured = iter([busy, still_busy, calm])
     kept = best_ratio(lambda: next(measured), limit=4.0)
     assert kept == still_busy, "after one more busy try, the least contended measurement is kept"
     assert next(measured) == calm, "a busy machine is measured twice, not three times"
-    assert CONTENTION_LIMIT < 0.4
+    saturated = Ratio(1.0, 1.0, 1.0, contention=0.9)
+    measured = iter([saturated, calm])
+    assert best_ratio(lambda: next(measured), limit=4.0) == saturated, "a saturated machine is not retried"
+    assert CONTENTION_LIMIT < 0.3 and 0.4 < 2 * CONTENTION_LIMIT < 0.9
 
 
 def test_an_unmeasured_check_is_worth_nothing_is_still_counted_and_says_rerun():

@@ -2,40 +2,67 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-import nbclient
 import nbformat
 import pytest
 from conftest import ROOT
 
 from grader.course import load_course
 
+MODULES = list(load_course().modules)
+AT_ONCE = 3  # notebooks executed together: each mostly waits on its kernel and workers starting
+EXECUTE = """
+import sys, nbclient, nbformat
+notebook = nbformat.read(sys.argv[1], as_version=4)
+resources = {"metadata": {"path": sys.argv[2]}}
+nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3", resources=resources).execute()
+nbformat.write(notebook, sys.argv[3])
+"""
 
-@pytest.mark.parametrize("module", list(load_course().modules))
-def test_notebook_runs_against_the_solutions(module, monkeypatch):
+
+def _execute(module: str, folder: Path) -> tuple[str, Path]:
+    """Run assignments/<module>/<module>.ipynb with nbclient in a process of its own, the kernel
+    grading against the solutions; (what went wrong, or "", the executed notebook)."""
     path = ROOT / "assignments" / module / f"{module}.ipynb"
-    notebook = nbformat.read(path, as_version=4)
-    assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), (
+    out = folder / f"{module}.ipynb"
+    env = {**os.environ, "GRADER_SUBMISSION": str(ROOT / "solutions")}
+    command = [sys.executable, "-c", EXECUTE, str(path), str(path.parent), str(out)]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    return ("" if completed.returncode == 0 else completed.stderr[-3000:]), out
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, Path]]:
+    folder = tmp_path_factory.mktemp("notebooks")
+    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
+        return dict(zip(MODULES, pool.map(lambda m: _execute(m, folder), MODULES)))
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_notebook_runs_against_the_solutions(module, executed):
+    path = ROOT / "assignments" / module / f"{module}.ipynb"
+    committed = nbformat.read(path, as_version=4)
+    assert all(not cell.get("outputs") for cell in committed.cells if cell.cell_type == "code"), (
         f"{path} is committed with outputs; clear them"
     )
-    monkeypatch.setenv("GRADER_SUBMISSION", str(ROOT / "solutions"))
-    client = nbclient.NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    )
-    client.execute()
-    errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    failure, out = executed[module]
+    assert not failure, failure
+    notebook = json.loads(out.read_text())
+    errors = [o for c in notebook["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
-    assert os.environ["GRADER_SUBMISSION"].endswith("solutions")
+    assert sum(bool(c.get("outputs")) for c in notebook["cells"]) > 0, "no cell produced output"
 
 
-@pytest.mark.parametrize("module", list(load_course().modules))
+@pytest.mark.parametrize("module", MODULES)
 def test_notebook_is_what_its_generator_script_writes(module, tmp_path):
     """A notebook with a generator script (lectures/scripts/make_<m>_notebook.py) is not edited
     by hand: the committed file must be exactly what the script writes."""
-    import subprocess
-    import sys
-
     script = ROOT / "lectures" / "scripts" / f"make_{module}_notebook.py"
     if not script.is_file():
         pytest.skip(f"{module}'s notebook has no generator script")
