@@ -58,10 +58,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         submission.close()
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if session.config.getoption("grading"):
+        # A grading needs workers: the zygote imports torch while pytest collects the tests.
+        start_zygote(session.config.getoption("device"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if any({"submission", "library"} & set(getattr(item, "fixturenames", ())) for item in items):
-        # The zygote imports torch while the tests start: the first world then forks at once.
-        start_zygote(config.getoption("device"))
+        start_zygote(config.getoption("device"))  # a test run straight: now that it needs one
     if config.getoption("device") == "cuda":
         return
     skip = pytest.mark.skip(reason="needs a GPU: run with --device cuda on a GPU machine")

@@ -1,5 +1,15 @@
 """Shared helpers for the project's own tests: run the grader as a user would (a subprocess),
-and build broken submissions from the reference solutions plus one variant file."""
+and build broken submissions from the reference solutions plus one variant file.
+
+The session runs in two lanes, so that it fits CI's time on two cores without a timed check
+ever being judged on a machine the tests themselves keep busy:
+- first, alone: the tests that read a timed verdict (marked `timed`, among them the first use of
+  the solutions' grading), then the corpus (which loads the machine itself, and grades its timed
+  cases alone at the end);
+- then the rest, while heavy fixtures of theirs that only run the tools (nbgrader's round trip,
+  the notebooks, the class of the batch tests, ...) are computed two at a time in the background
+  (`prefetched`): a test that needs one before it started computes it itself.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +20,64 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = Path(__file__).resolve().parent / "variants"
+ALONE_THEN = ("test_corpus",)  # after the timed tests, before the background starts
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "timed: reads a timed check's verdict: runs first, on a quiet machine")
+
+
+def _lane(item: pytest.Item) -> int:
+    if item.get_closest_marker("timed"):
+        return 0
+    return 1 if item.path.stem in ALONE_THEN else 2
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_lane)  # stable: files and tests keep their order within a lane
+
+
+_BACKGROUND = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prefetch")
+_PREFETCHED: dict[str, tuple[Callable[[Path], Any], Future | None]] = {}
+
+
+def prefetched(function: Callable[[Path], Any]) -> Callable[[pytest.TempPathFactory], Any]:
+    """Register `function(folder)` (of a test file) to run in the background once the last lane
+    begins, if a test of its file was collected; the returned getter gives its result (computing
+    it now if it had not started)."""
+    key = f"{function.__module__}.{function.__qualname__}"
+    _PREFETCHED[key] = (function, None)
+
+    def get(factory: pytest.TempPathFactory) -> Any:
+        job, future = _PREFETCHED[key]
+        if future is None or future.cancel():
+            return job(factory.mktemp(job.__name__))
+        return future.result()
+
+    return get
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _lane(item) < 2 or any(future for _, future in _PREFETCHED.values()):
+        return
+    factory = item.config._tmp_path_factory  # the session's tmp_path_factory, from a hook
+    wanted = {test.path.stem for test in item.session.items}
+    for key, (job, _) in _PREFETCHED.items():
+        if job.__module__ in wanted:
+            _PREFETCHED[key] = (job, _BACKGROUND.submit(job, factory.mktemp(job.__name__)))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _BACKGROUND.shutdown(cancel_futures=True)
 
 
 def run_grader(*args: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, run_grader
+from conftest import ROOT, prefetched, run_grader
 
 SELECT = "cache_bytes or uses_the_given_scale"
 GRADE = ["attention", "--no-perf", "-k", SELECT]
@@ -57,13 +57,17 @@ def grades(out: Path) -> dict[str, dict[str, str]]:
         return {row.pop("student"): row for row in csv.DictReader(file)}
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
+@prefetched
+def grade_the_class(root: Path) -> dict:
     """The class graded once with two jobs; grades.csv as that first run wrote it."""
-    root = tmp_path_factory.mktemp("batch")
     submissions, out = make_class(root), root / "out"
     completed = batch("--submissions", str(submissions), "--out", str(out), "--jobs", "2", *GRADE)
     return {"submissions": submissions, "out": out, "stdout": completed.stdout, "csv": (out / "grades.csv").read_text()}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return grade_the_class(tmp_path_factory)
 
 
 def test_batch_grades_every_layout_and_a_crashing_student_affects_no_one(graded):

@@ -18,6 +18,7 @@ def reference(solutions_results) -> dict:
     return module_results(solutions_results, "kv_cache")
 
 
+@pytest.mark.timed
 def test_reference_passes_every_perf_check_and_the_counter_is_not_blind(reference):
     for name in (FLOPS_GROWTH, FLOPS_BOUND, RANDOM_PROGRAMS):
         assert reference[name]["status"] == "passed", f"{name}: {reference[name]['output']}"
@@ -31,6 +32,7 @@ def test_reference_passes_every_perf_check_and_the_counter_is_not_blind(referenc
     assert speed["extra_data"]["speedup_vs_recomputation"] >= 2
 
 
+@pytest.mark.timed
 def test_recomputing_every_step_is_correct_but_fails_flops_and_time(tmp_path):
     submission = build_variant("kv_cache", "recompute_every_step", tmp_path / "submission")
     select = "flops or tokens_per_second or greedy"

@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, prefetched
 
 from grader.course import load_course
 
@@ -31,10 +33,30 @@ def test_lecture_figures_exist(module):
         assert (ROOT / module.lecture).parent.joinpath(figure).is_file(), f"missing figure {figure}"
 
 
-@pytest.mark.parametrize("script", sorted((ROOT / "lectures" / "scripts").glob("*_figures.py")), ids=lambda p: p.name)
-def test_figure_script_runs(script, tmp_path):
-    completed = subprocess.run(
-        [sys.executable, str(script), "--out", str(tmp_path)], capture_output=True, text=True, timeout=120
-    )
+SCRIPTS = sorted((ROOT / "lectures" / "scripts").glob("*_figures.py"))
+
+
+@prefetched
+def run_figure_scripts(folder: Path) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
+    """Every figure script, writing into a folder of its own, two at a time."""
+
+    def run(script: Path) -> tuple[subprocess.CompletedProcess, Path]:
+        out = folder / script.stem
+        out.mkdir()
+        command = [sys.executable, str(script), "--out", str(out)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120), out
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip((s.name for s in SCRIPTS), pool.map(run, SCRIPTS)))
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
+    return run_figure_scripts(tmp_path_factory)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_figure_script_runs(script, figures):
+    completed, out = figures[script.name]
     assert completed.returncode == 0, completed.stderr
-    assert list(tmp_path.glob("*.png"))
+    assert list(out.glob("*.png"))

@@ -39,12 +39,14 @@ def test_reference_sends_its_payload_and_no_more(reference):
         assert payload <= sent <= with_slack(payload), f"counted {sent}, payload {payload}"
 
 
+@pytest.mark.timed
 def test_reference_meets_the_time_ratio(reference):
     test = measured(reference[TIME])
     assert test["status"] == "passed", test["output"]
     assert 0 < test["extra_data"]["time_ratio_vs_reference"] <= 4
 
 
+@pytest.mark.timed
 def test_per_token_combine_is_correct_but_fails_the_op_count_and_the_time_ratio(tmp_path):
     submission = build_variant("moe", "per_token_combine", tmp_path / "submission")
     select = "test_combine or gradients_reach or op_count or time_within"
@@ -77,6 +79,7 @@ def test_sending_all_tokens_to_every_rank_is_correct_but_fails_the_bytes_bound(t
         assert sent > 1.5 * payload, (sent, payload)
 
 
+@pytest.mark.timed
 def test_a_layer_that_sleeps_is_never_passed_while_cpu_burners_slow_the_reference(tmp_path):
     """tests/corpus/moe/tampers_with_the_clock.py (forward sleeps 0.3 s, and slows the clocks it
     can reach) graded while two processes burn both CPUs: the reference's computing slows down and

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT, run_grader
+from conftest import ROOT, prefetched, run_grader
 from traitlets.config import Config
 
 from grader.cli import main
@@ -52,10 +52,10 @@ def submit(course: Path, student: str, solution_files: bool) -> None:
         nbformat.write(notebook, folder / f"{MODULE}.ipynb")
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@prefetched
+def build_and_autograde(folder: Path) -> Path:
     """A course built for every module, then the stock nbgrader steps for MODULE, run once."""
-    course = tmp_path_factory.mktemp("nbgrader") / "course"
+    course = folder / "course"
     completed = run_grader("nbgrader", "--course", str(course), "--course-id", "aiinfra")
     assert completed.returncode == 0, completed.stderr
     nbgrader(course, "generate_assignment", MODULE)
@@ -65,6 +65,11 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
     nbgrader(course, "generate_feedback", MODULE)
     nbgrader(course, "export")
     return course
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_and_autograde(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

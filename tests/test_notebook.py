@@ -11,12 +11,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import ROOT, prefetched
 
 from grader.course import load_course
 
 MODULES = list(load_course().modules)
-AT_ONCE = 3  # notebooks executed together: each mostly waits on its kernel and workers starting
+AT_ONCE = 2  # notebooks executed together: each mostly waits on its kernel and workers starting
 EXECUTE = """
 import sys, nbclient, nbformat
 notebook = nbformat.read(sys.argv[1], as_version=4)
@@ -37,11 +37,15 @@ def _execute(module: str, folder: Path) -> tuple[str, Path]:
     return ("" if completed.returncode == 0 else completed.stderr[-3000:]), out
 
 
-@pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, Path]]:
-    folder = tmp_path_factory.mktemp("notebooks")
+@prefetched
+def execute_every_notebook(folder: Path) -> dict[str, tuple[str, Path]]:
     with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
         return dict(zip(MODULES, pool.map(lambda m: _execute(m, folder), MODULES)))
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, Path]]:
+    return execute_every_notebook(tmp_path_factory)
 
 
 @pytest.mark.parametrize("module", MODULES)

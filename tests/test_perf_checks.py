@@ -25,6 +25,7 @@ def test_reference_meets_the_bytes_bounds_and_the_counter_is_not_blind(solutions
             assert bound <= sent <= with_slack(bound), f"p={p}: counted {sent}, bound {bound}"
 
 
+@pytest.mark.timed
 def test_reference_meets_the_time_ratio_against_gloo(solutions_results):
     test = measured(by_name(solutions_results)["test_ring_allreduce_time_within_3x_gloo_all_reduce"])
     assert test["status"] == "passed", test["output"]
@@ -47,6 +48,7 @@ def test_gather_to_root_is_correct_but_fails_the_bytes_bound(tmp_path):
     assert max(hidden["extra_data"]["bytes_sent_per_rank"]) >= 3 * NBYTES
 
 
+@pytest.mark.timed
 def test_small_messages_are_correct_but_fail_the_time_ratio(tmp_path):
     submission = build_variant("collectives", "small_messages", tmp_path / "submission")
     select = "test_ring_allreduce_matches and 4-divisible-float32 or time_within"  # the timed world only

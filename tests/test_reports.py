@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, build_variant, run_grader
+from conftest import ROOT, build_variant, prefetched, run_grader
 
 from grader.report import render
 from grader.results import GradeReport, ModuleResult, TestResult
@@ -19,10 +19,6 @@ from grader.results import GradeReport, ModuleResult, TestResult
 SELECT = "allreduce_time_ring or reduce_scatter and 2-divisible-float32"  # world size 2 only: cheap
 
 
-@pytest.fixture(scope="module")
-def half_broken(tmp_path_factory) -> str:
-    """A submission whose ring_reduce_scatter returns the wrong shape: some tests pass, some fail."""
-    return str(build_variant("collectives", "wrong_shape", tmp_path_factory.mktemp("variant")))
 
 
 def _grade(fmt: str, submission: str, folder: Path, env=None) -> str:
@@ -43,11 +39,12 @@ def _grade(fmt: str, submission: str, folder: Path, env=None) -> str:
     return out.read_text()
 
 
-@pytest.fixture(scope="module")
-def reports(half_broken, tmp_path_factory) -> dict[str, str]:
+@prefetched
+def grade_in_every_format(folder: Path) -> dict[str, str]:
     """The same slice graded once per format by the CLI, the four gradings at once (each is a
-    process that mostly waits on its workers). The classroom one also appends to GITHUB_OUTPUT."""
-    folder = tmp_path_factory.mktemp("reports")
+    process that mostly waits on its workers), on a submission whose ring_reduce_scatter returns
+    the wrong shape (some tests pass, some fail). The classroom one also appends to GITHUB_OUTPUT."""
+    half_broken = str(build_variant("collectives", "wrong_shape", folder / "variant"))
     env = {"GITHUB_OUTPUT": str(folder / "github_output")}
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {
@@ -57,6 +54,11 @@ def reports(half_broken, tmp_path_factory) -> dict[str, str]:
         texts = {fmt: future.result() for fmt, future in futures.items()}
     texts["github_output"] = (folder / "github_output").read_text()
     return texts
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, str]:
+    return grade_in_every_format(tmp_path_factory)
 
 
 def test_gradescope_results_have_the_documented_fields(reports):

@@ -83,12 +83,14 @@ def test_torch_distributed_data_parallel_is_refused(tmp_path):
     assert all("may not call torch.nn.parallel.DistributedDataParallel" in t["output"] for t in tests.values())
 
 
+@pytest.mark.timed
 def test_reference_ddp_trains_within_the_time_limit_of_torch_ddp(reference):
     test = measured(reference[TIME])
     assert test["status"] == "passed", test["output"]
     assert test["extra_data"]["torch_ddp_s"] > 0
 
 
+@pytest.mark.timed
 def test_per_parameter_allreduce_is_correct_but_fails_the_bucket_count_and_the_time_limit(tmp_path):
     select = "test_ddp_training or once_in_buckets or while_backward or training_time"
     tests = grade(tmp_path, "per_parameter_allreduce", select)

@@ -288,6 +288,8 @@ class Zygote:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._channel.close()
+        if not self.pid:  # never ready: it may still be importing, and has no worker to wait for
+            self.process.kill()
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
