@@ -11,7 +11,8 @@ during the call that went to processes other than the timed world and the grader
 busy time from /proc/stat less the timed processes' own, read by the grader from outside; see
 grader/sandbox/pool.py). A measurement whose rounds, taken together, saw more than
 CONTENTION_LIMIT of the machine busy elsewhere gives no verdict: the check reports "not measured
-reliably", worth no points either way, and the student is told to rerun.
+reliably", worth no points either way, and the student is told to rerun. When the warm-up round
+already finds the machine saturated, the rounds are not taken at all.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from typing import Protocol
 # either way); 33-57% with two CPU-bound processes beside it, enough to flip a ratio whose waste
 # is waiting.
 CONTENTION_LIMIT = 0.25
+# Past this in the warm-up round, a measurement is not attempted: on a quiet machine other
+# processes never take three quarters of the CPUs for the length of a call and its reference.
+SATURATED = 0.75
 
 
 class Timed(Protocol):
@@ -66,10 +70,15 @@ class NotMeasuredReliably(Exception):
 def interleaved_ratio(
     candidate: Callable[[], Timed], reference: Callable[[], Timed], rounds: int = 7, warmup: int = 1
 ) -> Ratio:
-    """Median of `rounds` timings of each, taken alternately."""
+    """Median of `rounds` timings of each, taken alternately. When the warm-up already shows a
+    saturated machine (SATURATED), the rounds are not taken: they could give no verdict."""
     for _ in range(warmup):
-        candidate()
-        reference()
+        mine, theirs = candidate(), reference()
+    if warmup:
+        seconds = mine.seconds + theirs.seconds
+        contention = (mine.contention * mine.seconds + theirs.contention * theirs.seconds) / seconds
+        if contention > SATURATED:
+            return Ratio(mine.seconds / theirs.seconds, mine.seconds, theirs.seconds, contention)
     candidate_times, reference_times, busy_elsewhere = [], [], 0.0
     for _ in range(rounds):
         mine, theirs = candidate(), reference()

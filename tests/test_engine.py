@@ -238,6 +238,19 @@ def test_a_ratio_measured_while_the_processes_waited_for_a_cpu_gives_no_verdict(
         require_reliable(busy)
 
 
+def test_no_rounds_are_timed_when_the_warm_up_finds_the_machine_saturated():
+    calls = []
+
+    def timed(contention: float):
+        return lambda: calls.append(contention) or Timing(1.0, contention)
+
+    saturated = interleaved_ratio(timed(0.9), timed(0.8), rounds=5)
+    assert calls == [0.9, 0.8] and saturated.contention == pytest.approx(0.85) and not saturated.reliable
+    calls.clear()
+    interleaved_ratio(timed(0.5), timed(0.5), rounds=5)
+    assert len(calls) == 12, "a machine busy but not saturated is measured in full"
+
+
 def test_best_ratio_measures_once_more_when_the_machine_was_a_little_busy_and_keeps_a_reliable_one():
     busy, calm = Ratio(1.0, 1.0, 1.0, contention=0.4), Ratio(3.5, 3.5, 1.0, contention=0.01)
     measured = iter([busy, calm])
