@@ -91,13 +91,17 @@ def suite_files(course: Course, modules: list[str], *, public_only: bool = False
 
 def pytest_options(course: Course) -> list[str]:
     """How the grader runs pytest in its own process: as a grading (the plugin's --grading), no
-    terminal output or cache, test files imported by path, and none of the user's addopts."""
+    terminal output or cache, test files imported by path, and none of the user's addopts. No
+    unraisable-exception plugin either: it runs full garbage collections at every session's end
+    (0.1 s with torch loaded), and a submission's stray warnings are no verdict."""
     return [
         "--grading",
         "-p",
         "no:terminal",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "no:unraisableexception",
         "--import-mode=importlib",
         "--rootdir",
         str(course.root),

@@ -7,8 +7,8 @@ ever being judged on a machine the tests themselves keep busy:
   the solutions' grading), then the corpus (which loads the machine itself, and grades its timed
   cases alone at the end);
 - then the rest, while heavy fixtures of theirs that only run the tools (nbgrader's round trip,
-  the notebooks, the class of the batch tests, ...) are computed two at a time in the background
-  (`prefetched`): a test that needs one before it started computes it itself.
+  the notebooks, the class of the batch tests, ...) are computed one after another in the
+  background (`prefetched`): a test that needs one before it started computes it itself.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=_lane)  # stable: files and tests keep their order within a lane
 
 
-_BACKGROUND = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prefetch")
+_BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
 _PREFETCHED: dict[str, tuple[Callable[[Path], Any], Future | None]] = {}
 
 

@@ -12,8 +12,14 @@ from grader.course import load_course
 
 
 def test_solutions_get_full_marks_on_every_module(solutions_results):
-    failed = [f"{t['name']}: {t['output'][:300]}" for t in solutions_results["tests"] if t["status"] != "passed"]
+    """Full marks; on a machine too busy to time them, the timed checks give no verdict (and
+    no points), and every other check must still pass."""
+    tests = solutions_results["tests"]
+    unmeasured = [t for t in tests if t["extra_data"]["kind"] == "unmeasured"]
+    failed = [f"{t['name']}: {t['output'][:300]}" for t in tests if t["status"] != "passed" and t not in unmeasured]
     assert not failed, "the reference fails:\n" + "\n".join(failed)
+    if unmeasured:
+        pytest.skip(f"{len(unmeasured)} timed check(s) not measured: {unmeasured[0]['output']}")
     course = load_course()
     assert solutions_results["score"] == sum(m.points for m in course.modules.values())
 
