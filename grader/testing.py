@@ -58,12 +58,22 @@ def describe_difference(
         return None
     error = (a - e).abs().nan_to_num(nan=float("inf"))
     worst = int(torch.argmax(torch.where(bad, error, torch.zeros_like(error))))
+    got, wanted = a.flatten()[worst].item(), e.flatten()[worst].item()
+    # Values equal to 6 digits differ in their last bits: show them whole, and say why that is
+    # usually so.
+    digits, why = (".6g", "") if f"{got:.6g}" != f"{wanted:.6g}" else (".17g", _LAST_BITS)
+    values = f"got {got:{digits}}, expected {wanted:{digits}}{why} (rtol={rtol:g}, atol={atol:g}; seed {RUN_SEED})"
+    if actual.dim() == 0:
+        return f"{what}: {values}"
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), actual.shape))
-    return (
-        f"{what}: {int(bad.sum())} of {actual.numel()} elements differ; worst at index "
-        f"{index if len(index) > 1 else index[0]}: got {a.flatten()[worst].item():.6g}, "
-        f"expected {e.flatten()[worst].item():.6g} (rtol={rtol:g}, atol={atol:g}; seed {RUN_SEED})"
-    )
+    where = index if len(index) > 1 else index[0]
+    return f"{what}: {int(bad.sum())} of {actual.numel()} elements differ; worst at index {where}: {values}"
+
+
+_LAST_BITS = (
+    ", equal to 6 digits: the last bits differ, as when the same numbers are added in another order "
+    "(each rank summing its own way) or part of the computation ran at a lower precision"
+)
 
 
 def assert_matches(

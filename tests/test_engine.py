@@ -280,3 +280,12 @@ def test_an_unmeasured_check_is_worth_nothing_is_still_counted_and_says_rerun():
     text = render(report, "text")
     assert "rerun: 1 timed check(s) not measured" in text and "? test_time" in text
     assert 'errors="1"' in render(report, "junit") and 'failures="1"' in render(report, "junit")
+
+
+def test_the_text_report_keeps_parametrize_ids_which_look_like_markup():
+    module = ModuleResult("collectives", "Collectives", 10.0)
+    name = "test_ring_allreduce_matches_all_reduce[world=3-divisible-float32]"
+    module.tests = [TestResult("collectives", name, "hidden", FAILED, message="rank [1] differs")]
+    module.assign_points()
+    text = render(GradeReport("course", "sub", "cpu", [module]), "text")
+    assert name in text and "rank [1] differs" in text

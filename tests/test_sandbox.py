@@ -21,7 +21,7 @@ from grader.sandbox.pool import FILE_SIZE_LIMIT_MB
 from grader.sandbox.protocol import decode_reply, encode_reply
 from grader.sandbox.stacks import where
 from grader.sandbox.submission import reaches_into_the_grader
-from grader.testing import assert_matches
+from grader.testing import assert_matches, describe_difference
 
 PROBE = """
 import numpy as np
@@ -221,6 +221,15 @@ def test_assert_matches_takes_nan_and_inf_only_where_the_reference_has_them():
     for wrong in ([nan, nan, inf], [1.0, 2.0, inf], [1.0, nan, -inf], [1.0, nan, 3.0]):
         with pytest.raises(AssertionError, match="1 of 3 elements differ"):
             assert_matches(torch.tensor(wrong), reference, "x", rtol=1e-3, atol=1e-3)
+
+
+def test_a_scalar_mismatch_shows_both_values_and_last_bit_differences_show_every_digit():
+    scalar = describe_difference(torch.tensor(2.5), torch.tensor(3.0), "loss", 1e-6, 1e-6)
+    assert scalar.startswith("loss: got 2.5, expected 3 (rtol=1e-06"), scalar
+    a, b = torch.tensor([0.1 + 0.2], dtype=torch.float64), torch.tensor([0.3], dtype=torch.float64)
+    close = describe_difference(a, b, "sum", 0.0, 0.0)
+    assert "got 0.30000000000000004, expected 0.29999999999999999" in close, close
+    assert "the last bits differ" in close
 
 
 def test_guard_wrappers_hide_the_original_and_report_being_replaced():

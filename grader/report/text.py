@@ -6,6 +6,7 @@ import io
 from collections import defaultdict
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from grader.results import PASSED, SKIPPED, UNMEASURED, GradeReport, ModuleResult
@@ -39,7 +40,8 @@ def _scoreboard(report: GradeReport) -> Table:
 
 def _failures(console: Console, module: ModuleResult) -> None:
     for test in module.unmeasured():
-        console.print(f"\n[bold]{module.name}[/]: [yellow]?[/] {test.name} [dim]({test.suite})[/]", highlight=False)
+        line = f"\n[bold]{module.name}[/]: [yellow]?[/] {escape(test.name)} [dim]({test.suite})[/]"
+        console.print(line, highlight=False)
         console.print(f"      {test.message}", highlight=False, markup=False)
     failed = [t for t in module.tests if t.status not in (PASSED, SKIPPED, UNMEASURED)]
     if not failed:
@@ -51,14 +53,14 @@ def _failures(console: Console, module: ModuleResult) -> None:
         if test.kind == "not_implemented":
             unimplemented[test.message].append(test.name)
     for message, names in unimplemented.items():
-        console.print(f"  [red]x[/] {len(names)} test(s): {message}", highlight=False)
+        console.print(f"  [red]x[/] {len(names)} test(s): {escape(message)}", highlight=False)
     for test in failed:
         if test.kind == "not_implemented":
             continue
         lines = test.message.splitlines() or ["(no message)"]
         if len(lines) > MESSAGE_LINES:
             lines = [*lines[:MESSAGE_LINES], f"... ({len(lines) - MESSAGE_LINES} more lines)"]
-        console.print(f"  [red]x[/] {test.name} [dim]({test.suite})[/]", highlight=False)
+        console.print(f"  [red]x[/] {escape(test.name)} [dim]({test.suite})[/]", highlight=False)
         for line in lines:
             console.print(f"      {line}", highlight=False, markup=False)
 
