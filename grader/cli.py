@@ -99,9 +99,13 @@ def _grade(course: Course, options: argparse.Namespace) -> int:
         Path(options.out).write_text(text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if options.format == "classroom" and os.environ.get("GITHUB_OUTPUT"):
-        with open(os.environ["GITHUB_OUTPUT"], "a") as github_output:
-            github_output.write(f"result={text}\n")
+    if options.format == "classroom":
+        # The step's log: the scoreboard with every failure's reason, which the reporter
+        # prints only in part.
+        sys.stderr.write(render(report, "text"))
+        if os.environ.get("GITHUB_OUTPUT"):
+            with open(os.environ["GITHUB_OUTPUT"], "a") as github_output:
+                github_output.write(f"result={text}\n")
     return 0
 
 

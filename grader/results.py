@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from grader.points import dyadic_shares
+
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
 # A timed check on a machine too busy to judge it (grader/perf.py): graded, worth no points, and
 # the student is told to rerun.
@@ -54,11 +56,13 @@ class ModuleResult:
         return self.points if self.graded else 0.0
 
     def assign_points(self) -> None:
-        """Share the module's points among its graded tests, in proportion to their weights."""
-        total = sum(t.weight for t in self.graded)
+        """Share the module's points among its graded tests, in proportion to their weights, on
+        a dyadic grid (grader/points.py): the shares add up to the points exactly."""
+        graded = self.graded
         for test in self.tests:
-            graded = test.status != SKIPPED and total > 0
-            test.max_score = self.points * test.weight / total if graded else 0.0
+            test.max_score = 0.0
+        for test, share in zip(graded, dyadic_shares(self.points, [t.weight for t in graded])):
+            test.max_score = share
 
     def unmeasured(self) -> list[TestResult]:
         """Timed checks that gave no verdict because the machine was busy: rerun them."""

@@ -311,12 +311,14 @@ def test_corpus_case_is_reported_in_every_format(case: Case, graded):
     for fmt in ("json", "gradescope"):
         data = json.loads(rendered[fmt])
         assert len(data["tests"]) == len(graded_tests), fmt
-        assert data["score"] == pytest.approx(report.score, abs=0.01), fmt
+        assert data["score"] == report.score == sum(t["score"] for t in data["tests"]), fmt
+        assert sum(t["max_score"] for t in data["tests"]) == report.max_score, fmt
     cases = ET.fromstring(rendered["junit"]).iter("testcase")
     assert sum(1 for _ in cases) == len(report.tests)
     classroom = json.loads(base64.b64decode(rendered["classroom"]))
     assert len(classroom["tests"]) == len(graded_tests)
-    assert sum(t["score"] for t in classroom["tests"]) == pytest.approx(report.score, abs=0.05)
+    assert sum(t["score"] for t in classroom["tests"]) == report.score, "the reporter's sum must be the score"
+    assert classroom["max_score"] == report.max_score
 
 
 def _processes_using(folder: Path) -> list[str]:

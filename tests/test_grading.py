@@ -47,9 +47,20 @@ def test_scores_are_shared_by_weight_within_a_module(solutions_results):
     tests = by_name(solutions_results)
     unit = tests["test_allreduce_time_ring_formula"]["max_score"]
     timed = tests["test_ring_allreduce_time_within_3x_gloo_all_reduce"]["max_score"]
-    assert timed == pytest.approx(4 * unit, abs=1e-3)  # (scores are rounded to 4 decimals)
-    collectives = [t for t in solutions_results["tests"] if t["name"].startswith("collectives: ")]
-    assert sum(t["max_score"] for t in collectives) == pytest.approx(100, abs=0.01)
+    assert timed == pytest.approx(4 * unit, abs=1 / 1024)  # shares lie on a 1/1024 grid
+
+
+@pytest.mark.parametrize("graded", ["solutions_results", "stubs_results"])
+def test_per_test_points_add_up_exactly_to_each_module_and_the_total(graded, request):
+    """With `==`, as GitHub Classroom's reporter and Gradescope add them: float sums of the
+    per-test points, in the payload's order and in reverse (grader/points.py)."""
+    results = request.getfixturevalue(graded)
+    course = load_course()
+    for name, module in course.modules.items():
+        tests = [t for t in results["tests"] if t["name"].startswith(f"{name}: ")]
+        assert sum(t["max_score"] for t in tests) == sum(t["max_score"] for t in reversed(tests)) == module.points, name
+    assert sum(t["score"] for t in results["tests"]) == results["score"]
+    assert sum(t["max_score"] for t in results["tests"]) == sum(m.points for m in course.modules.values())
 
 
 def test_text_scoreboard_for_a_fresh_clone_is_a_table_not_a_traceback():

@@ -176,7 +176,7 @@ def test_every_module_is_built_with_its_config_and_graded_cells(course, checks):
         assert all(m["locked"] and m["schema_version"] == 3 for m in metadata), f"{name}: a cell is not read-only"
         assert len({m["grade_id"] for m in metadata}) == len(metadata), f"{name}: grade ids repeat"
         assert len(graded) >= 2, f"{name}: expected a graded cell per group of checks"
-        assert sum(m["points"] for m in graded) == pytest.approx(module.points), f"{name}: points do not add up"
+        assert sum(m["points"] for m in graded) == module.points, f"{name}: points do not add up exactly"
         assert sorted(p.name for p in (course / "source" / name).glob("*.py")) == sorted(
             [*module.files, *(p.name for p in (ROOT / "assignments" / name).glob("test_*.py"))]
         )

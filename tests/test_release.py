@@ -7,11 +7,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import classroom_reporter
 import pytest
 import yaml
 from conftest import ROOT, run_grader
@@ -138,31 +140,98 @@ def test_release_has_no_fence_no_hidden_suite_and_no_instructor_folder(release):
     assert sorted(p.name for p in (release / "grader" / "delivery").iterdir()) == ["__init__.py"]
 
 
-def test_release_grades_its_public_tests_with_its_own_grader_as_the_workflow_does(release, tmp_path):
+def _module_steps(release: Path) -> list[dict]:
+    workflow = yaml.safe_load((release / ".github" / "workflows" / "classroom.yml").read_text())
+    return [s for s in workflow["jobs"]["run-autograding-tests"]["steps"] if "id" in s]
+
+
+def _run_step(step: dict, student: Path, python: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, str]:
+    """Run a module step's script as GitHub Actions does (bash -e), with `.venv/bin/python` a
+    launcher of `python`; return the process and the step's GITHUB_OUTPUT."""
+    launcher = student / ".venv" / "bin" / "python"
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    launcher.write_text(f'#!/bin/sh\nexec {python} "$@"\n')
+    launcher.chmod(0o755)
+    output = tmp_path / f"github_output_{step['id']}"
+    output.write_text("")
+    env = {**os.environ, "PYTHONPATH": str(student), "GITHUB_OUTPUT": str(output)}
+    completed = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=student, env=env, capture_output=True, text=True, timeout=300
+    )
+    return completed, output.read_text()
+
+
+def _result(github_output: str) -> str:
+    (line,) = [line for line in github_output.splitlines() if line.startswith("result=")]
+    return line.removeprefix("result=")
+
+
+@pytest.fixture(scope="module")
+def graded_steps(release, tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, str]]:
+    """The release's attention step run on the reference solutions, and its kv_cache step where
+    the course's environment failed to install (the launcher exits 127 before grading)."""
+    tmp_path = tmp_path_factory.mktemp("steps")
     student = tmp_path / "student"
     shutil.copytree(release, student)
     for file in load_course().module("attention").files:
         shutil.copy(ROOT / "solutions" / "attention" / file, student / "assignments" / "attention" / file)
-    env = {**os.environ, "PYTHONPATH": str(student), "GITHUB_OUTPUT": str(tmp_path / "github_output")}
+    steps = {s["id"]: s for s in _module_steps(release)}
+    graded = {"attention": _run_step(steps["attention"], student, sys.executable, tmp_path)}
+    broken = tmp_path / "no-python"
+    broken.write_text("#!/bin/sh\necho 'python: not installed' >&2\nexit 127\n")
+    broken.chmod(0o755)
+    graded["kvcache"] = _run_step(steps["kvcache"], student, str(broken), tmp_path)
+    return graded
+
+
+def test_release_grades_its_public_tests_with_its_own_grader_as_the_workflow_does(release, graded_steps, tmp_path):
+    student = tmp_path / "student"
+    shutil.copytree(release, student)
     which = subprocess.run(
-        [sys.executable, "-c", "import grader; print(grader.__file__)"], cwd=student, env=env, capture_output=True
+        [sys.executable, "-c", "import grader; print(grader.__file__)"],
+        cwd=student,
+        env={**os.environ, "PYTHONPATH": str(student)},
+        capture_output=True,
     )
     assert Path(which.stdout.decode().strip()).is_relative_to(student), "the release's own grader must be imported"
-    workflow = yaml.safe_load((release / ".github" / "workflows" / "classroom.yml").read_text())
-    step = next(s for s in workflow["jobs"]["run-autograding-tests"]["steps"] if s.get("id") == "attention")
-    command = step["run"].split()
-    assert command[:3] == [".venv/bin/python", "-m", "grader"]
-    completed = subprocess.run(
-        [sys.executable, *command[1:]], cwd=student, env=env, capture_output=True, text=True, timeout=300
-    )
+    completed, github_output = graded_steps["attention"]
     assert completed.returncode == 0, completed.stderr[-2000:]
-    encoded = (tmp_path / "github_output").read_text().removeprefix("result=").strip()
-    payload = json.loads(base64.b64decode(encoded))
+    payload = json.loads(base64.b64decode(_result(github_output)))
     public = (release / "assignments" / "attention" / "test_attention.py").read_text()
     names = [t["name"].removeprefix("attention: ") for t in payload["tests"]]
     assert names and all(f"def {n.split('[')[0]}(" in public for n in names), f"not public tests: {names}"
     assert payload["status"] == "pass", [t["message"][:300] for t in payload["tests"] if t["status"] != "pass"]
-    assert payload["max_score"] == 100 and sum(t["score"] for t in payload["tests"]) == pytest.approx(100)
+    assert payload["max_score"] == 100 and sum(t["score"] for t in payload["tests"]) == 100
+    assert "100.0 / 100" in completed.stderr, "the step's log shows the scoreboard"
+
+
+def test_a_step_whose_grading_never_ran_still_leaves_a_zero_score_result_that_says_why(graded_steps):
+    completed, github_output = graded_steps["kvcache"]
+    assert completed.returncode == 0, completed.stderr
+    payload = json.loads(base64.b64decode(_result(github_output)))
+    assert payload["max_score"] == load_course().module("kv_cache").points
+    assert payload["status"] == "error" and [t["score"] for t in payload["tests"]] == [0]
+    assert "did not finish" in payload["tests"][0]["message"]
+
+
+def test_the_classroom_reporter_adds_up_every_module_and_shows_why_one_failed(release, graded_steps):
+    """Classroom's reporter (its rules in tests/classroom_reporter.py) on the workflow's own
+    env and runners: the reference's attention step and a kv_cache step that never graded."""
+    workflow = yaml.safe_load((release / ".github" / "workflows" / "classroom.yml").read_text())
+    reporter = workflow["jobs"]["run-autograding-tests"]["steps"][-1]
+    outputs = {runner: _result(output) for runner, (_, output) in graded_steps.items()}
+    env = {
+        name: outputs[value.split("steps.")[1].split(".")[0]]
+        for name, value in reporter["env"].items()
+        if value.split("steps.")[1].split(".")[0] in outputs
+    }
+    run = classroom_reporter.report("attention,kvcache", env)
+    points = load_course().module("kv_cache").points
+    assert run.notice == f"Points 100/{100 + points:g}", run.log
+    assert run.table == {"attention": 100, "kvcache": 0}
+    assert any("kv_cache: grading did not finish" in line and "install" in line for line in run.log), run.log
+    assert not any(" - line " in line for line in run.log), "line_no 0 hides 'line undefined'"
+    assert run.failed
 
 
 def test_classroom_workflow_has_one_step_per_module_and_feeds_the_reporter(release):
@@ -171,14 +240,18 @@ def test_classroom_workflow_has_one_step_per_module_and_feeds_the_reporter(relea
     assert list(workflow["jobs"]) == ["run-autograding-tests"], "the Classroom reporter needs this one job"
     steps = workflow["jobs"]["run-autograding-tests"]["steps"]
     modules = list(load_course().modules)
-    graded = [s for s in steps if "id" in s]
-    assert [s["id"] for s in graded] == modules
-    for step in graded:
-        assert step["run"] == f".venv/bin/python -m grader grade {step['id']} --public-only --format classroom"
+    runners = [m.replace("_", "") for m in modules]
+    graded = _module_steps(release)
+    assert [s["id"] for s in graded] == runners
+    for module, step in zip(modules, graded):
+        assert f".venv/bin/python -m grader grade {module} --public-only --format classroom" in step["run"]
+        assert step["if"] == "${{ !cancelled() }}", "a module step runs even when an earlier one failed"
     reporter = steps[-1]
     assert reporter["uses"] == "classroom-resources/autograding-grading-reporter@v1"
-    assert reporter["with"]["runners"].split(",") == modules
-    assert reporter["env"] == {f"{m.upper()}_RESULTS": f"${{{{ steps.{m}.outputs.result }}}}" for m in modules}
+    assert reporter["if"] == "${{ !cancelled() }}", "the reporter runs whatever happened before it"
+    assert re.fullmatch(classroom_reporter.RUNNERS_PATTERN, reporter["with"]["runners"])
+    assert reporter["with"]["runners"].split(",") == runners
+    assert reporter["env"] == {f"{r.upper()}_RESULTS": f"${{{{ steps.{r}.outputs.result }}}}" for r in runners}
     install = next(s["run"] for s in steps if "make" in s.get("run", ""))
     pin = next(
         line.split("=", 1)[1].strip()

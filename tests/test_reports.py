@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import classroom_reporter
 import pytest
 from conftest import ROOT, build_variant, prefetched, run_grader
 
@@ -105,6 +106,21 @@ def test_classroom_output_decodes_and_carries_partial_credit(reports):
     earned = sum(t["score"] for t in payload["tests"])
     assert 0 < earned < payload["max_score"], "partial credit must survive (not all-or-nothing)"
     assert reports["github_output"] == f"result={encoded.strip()}\n"
+
+
+def test_classroom_reporter_shows_why_each_test_failed_and_posts_the_exact_score(reports):
+    """A partial run through Classroom's reporter (its rules in tests/classroom_reporter.py):
+    each failure's reason is in the Actions log under the test's name, no "line undefined", and
+    the posted points are the per-test scores' float sum, equal to the grader's score."""
+    payload = json.loads(base64.b64decode(reports["classroom"]))
+    run = classroom_reporter.report("collectives", {"COLLECTIVES_RESULTS": reports["classroom"]})
+    failures = [line for line in run.log if line.startswith("Error: ")]
+    assert failures and all(line.startswith("Error: ❌ collectives: test_") for line in failures), failures
+    assert all("shape" in line for line in failures), "the reason of each failure reaches the log"
+    assert not any("line undefined" in line for line in run.log)
+    score = json.loads(reports["gradescope"])["score"]
+    assert 0 < score < 100 and run.notice == f"Points {classroom_reporter.js_number(score)}/100"
+    assert sum(t["score"] for t in payload["tests"]) == score
 
 
 def test_report_round_trips_through_its_dict_form():

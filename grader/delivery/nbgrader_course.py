@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.course import Course, Module, load_course
+from grader.points import dyadic_shares
 from grader.usage import UsageError
 
 if TYPE_CHECKING:  # the notebook kernel imports this module for grade_cell: keep it light
@@ -113,19 +114,16 @@ def collect_checks(course: Course, modules: list[str]) -> dict[str, list[Check]]
 
 def group_points(module: Module, checks: list[Check]) -> dict[str, float]:
     """Each group's share of the module's points on a CPU grader (GPU-only tests do not count,
-    as in `python -m grader grade`), rounded to hundredths; the largest group absorbs the
-    rounding so that the groups add up to the module's points exactly."""
+    as in `python -m grader grade`), on the dyadic grid of grader/points.py, so that the graded
+    cells add up to the module's points exactly in nbgrader's gradebook."""
     weights: dict[str, float] = {}
     for check in checks:
         if not check.gpu:
             weights[check.group] = weights.get(check.group, 0.0) + check.weight
-    total = sum(weights.values())
-    if not total:
+    if not sum(weights.values()):
         raise UsageError(f"module {module.name!r} has no test that runs on a CPU: nothing to grade")
-    points = {group: round(module.points * weight / total, 2) for group, weight in weights.items()}
-    largest = max(points, key=points.__getitem__)
-    points[largest] = round(module.points - sum(p for g, p in points.items() if g != largest), 2)
-    return dict(sorted(points.items(), key=lambda item: (item[0] != PUBLIC, item[0])))
+    groups = sorted(weights, key=lambda group: (group != PUBLIC, group))
+    return dict(zip(groups, dyadic_shares(module.points, [weights[g] for g in groups])))
 
 
 def grading_budget_s(module: Module, checks: list[Check]) -> int:
@@ -266,8 +264,10 @@ def grade_cell(module: str, group: str, points: float) -> float:
     tests = [t for t in results["tests"] if t["group"] == group]
     graded = [t for t in tests if t["status"] != "skipped"]
     total = sum(t["weight"] for t in graded)
-    earned = sum(t["weight"] for t in graded if t["status"] == "passed")
-    score = min(points, round(points * earned / total, 4)) if total else 0.0
+    # The group's points shared among its checks on the dyadic grid: the passed shares add up
+    # exactly, and to `points` when every check passes.
+    shares = dyadic_shares(points, [t["weight"] for t in graded])
+    score = sum(share for share, t in zip(shares, graded) if t["status"] == "passed")
     kind = "public tests" if group == PUBLIC else f"hidden checks '{group}'"
     passed = sum(t["status"] == "passed" for t in graded)
     print(f"{module}, {kind}: {passed} of {len(graded)} passed, {score:g} of {points:g} points")

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from grader.course import Course
+from grader.report.classroom import crashed_payload, encode, runner_id
 from grader.sync import BEGIN, END, stubs
 from grader.usage import UsageError
 
@@ -28,6 +29,11 @@ INSTRUCTOR_TARGETS = ("test", "bench", "sync", "release", "gpu-check")
 SKIPPED_NAMES = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".DS_Store"}
 COURSE_FILES = ("course.toml", "pyproject.toml", "environment.yml", ".gitignore")
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
+STEP_TIMEOUT_MIN = 25  # a module step's grading; the step itself is killed 5 minutes later
+GRADING_DID_NOT_FINISH = (
+    "Grading {module} did not finish: the course's environment failed to install, or the grader "
+    "crashed or ran past the step's time limit. This step's log in the Actions tab says which."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -192,23 +198,43 @@ def student_readme(course: Course, torch: str) -> str:
 
 
 def classroom_workflow(course: Course, torch: str) -> str:
-    """.github/workflows/classroom.yml: one graded step per module, then the grading reporter."""
-    steps, env = [], []
-    for name in course.modules:
+    """.github/workflows/classroom.yml: one graded step per module, then the grading reporter.
+
+    Every step runs unless the workflow was cancelled, and always leaves a result: when grading
+    did not report (the install failed, the grader crashed or ran out of time), the step writes
+    a zero-score result that says so, and the reporter still adds up every module. Step ids and
+    runner names are the modules' names in letters and digits only, as the reporter requires.
+    """
+    steps, env, runners = [], [], []
+    for name, module in course.modules.items():
+        runner = runner_id(name)
+        fallback = encode(crashed_payload(name, module.points, GRADING_DID_NOT_FINISH.format(module=name)))
         steps.append(
             f'      - name: "{name}: public tests"\n'
-            f"        id: {name}\n"
-            f"        timeout-minutes: 30\n"
-            f"        run: .venv/bin/python -m grader grade {name} --public-only --format classroom\n"
+            f"        id: {runner}\n"
+            "        if: ${{ !cancelled() }}\n"
+            f"        timeout-minutes: {STEP_TIMEOUT_MIN + 5}\n"
+            "        run: |\n"
+            f"          timeout {STEP_TIMEOUT_MIN}m {grade_command(name)} || true\n"
+            f"          grep -q '^result=' \"$GITHUB_OUTPUT\" || echo \"result={fallback}\" >> \"$GITHUB_OUTPUT\"\n"
         )
-        env.append(f'          {name.upper()}_RESULTS: "${{{{ steps.{name}.outputs.result }}}}"\n')
+        env.append(f'          {runner.upper()}_RESULTS: "${{{{ steps.{runner}.outputs.result }}}}"\n')
+        runners.append(runner)
+    if len(set(runners)) < len(runners):
+        raise UsageError(f"two modules have the same name in letters and digits: {', '.join(runners)}")
     return _fill(
         (TEMPLATES / "classroom.yml").read_text(),
         TORCH_SPEC=torch,
         MODULE_STEPS="".join(steps).rstrip("\n"),
         REPORTER_ENV="".join(env).rstrip("\n"),
-        RUNNERS=",".join(course.modules),
+        RUNNERS=",".join(runners),
     )
+
+
+def grade_command(module: str) -> str:
+    """A module step's grading: its public tests, the result for the reporter in GITHUB_OUTPUT
+    and the scoreboard, with every failure's reason, on standard error (the step's log)."""
+    return f".venv/bin/python -m grader grade {module} --public-only --format classroom"
 
 
 def _fill(template: str, **values: str) -> str:

@@ -42,8 +42,8 @@ def gradescope_json(report: GradeReport, *, hidden_visibility: str = "visible") 
                     "name": f"{module.name}: {test.name}",
                     "name_format": "text",
                     "number": f"{module.name}",
-                    "score": round(test.score, 4),
-                    "max_score": round(test.max_score, 4),
+                    "score": test.score,  # dyadic shares (grader/points.py): they add up exactly
+                    "max_score": test.max_score,
                     "status": "passed" if test.status == PASSED else "failed",
                     "output": test.message or "passed",
                     "output_format": "text",
@@ -54,7 +54,7 @@ def gradescope_json(report: GradeReport, *, hidden_visibility: str = "visible") 
             )
     summary = [f"{m.name}: {m.score:.1f}/{m.max_score:g}" for m in report.modules]
     result = {
-        "score": round(report.score, 4),
+        "score": report.score,
         "execution_time": round(report.duration_s, 2),
         "output": "; ".join(summary + report.notes),
         "output_format": "text",

@@ -23,7 +23,7 @@ def junit_xml(report: GradeReport) -> str:
         )
         properties = ET.SubElement(suite, "properties")
         for name, value in (("score", module.score), ("max_score", module.max_score)):
-            ET.SubElement(properties, "property", name=name, value=f"{value:g}")
+            ET.SubElement(properties, "property", name=name, value=repr(value))  # every digit
         for test in module.tests:
             case = ET.SubElement(
                 suite,
