@@ -4,6 +4,7 @@ refused calls. Uses a throwaway module written into a temporary folder."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
-from grader.course import Function, Module
+from grader.course import Function, Module, load_course
 from grader.sandbox import Saved, Step, Submission, SubmissionError
 from grader.sandbox.given import given_code
 from grader.sandbox.guard import ForbiddenCallError, Guard
@@ -340,3 +342,25 @@ def test_given_code_is_the_courses_definitions_without_the_students_parts():
     assert defined == ["partition_by_bytes", "state_bytes", "train_sharded"]
     assert "NotImplementedError" not in code and "BEGIN SOLUTION" not in code
     assert given_code("zero", "no_such_file.py") == ""
+
+
+@pytest.mark.parametrize("order", ["flash_first", "reference_first"])
+def test_given_code_is_the_courses_in_every_file_whatever_order_the_files_are_called_in(tmp_path, order):
+    """A student redefines the given check_shapes of attention's reference.py, which
+    flash_torch.py imports (`from reference import check_shapes`): both files must see the
+    course's, whether flash_torch.py or reference.py is imported first."""
+    module = load_course().module("attention")
+    folder = tmp_path / "attention"
+    shutil.copytree(ROOT / "solutions" / "attention", folder)
+    with open(folder / "reference.py", "a") as file:
+        file.write("\n\ndef check_shapes(q, k, v, causal):\n    raise RuntimeError('the student check_shapes ran')\n")
+    q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.float64) for _ in range(3))
+    calls = [("flash_attention_torch", (q, k, v)), ("attention", (q, k, v))]
+    submission = Submission(module, folder)
+    try:
+        for name, args in calls if order == "flash_first" else calls[::-1]:
+            out = submission.function(name)(*args)
+            out = out[0] if isinstance(out, tuple) else out
+            assert_matches(out, torch.nn.functional.scaled_dot_product_attention(q, k, v), name, 1e-9, 1e-9)
+    finally:
+        submission.close()

@@ -5,7 +5,9 @@ classes and count bytes for the grader). The student can edit that code like any
 a helper that reports a count could be rewritten to report anything. The grader therefore takes
 the given definitions from its own copy of the file (the stub generated from solutions/, or the
 course's assignments/ where there is no solutions/) and the worker executes them in the student's
-module after importing it: whatever the student wrote for a given name, the course's code runs.
+module right after the module's own code runs, however it is imported: by the grader, or by
+another of the student's files (`from reference import check_shapes`). Every name bound to a
+given definition, anywhere, is the course's, whatever order the tests call the files in.
 
 Given = every top-level function or class of the stub whose body is not a "write this" stub.
 Given code still calls the student's functions and classes, which is the point.
@@ -15,6 +17,9 @@ from __future__ import annotations
 import __future__
 
 import ast
+import importlib.abc
+import importlib.machinery
+import importlib.util
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -64,3 +69,34 @@ def install_given(module: ModuleType, code: str, file: str) -> None:
     """Run the course's given definitions in the student's `module` (worker side)."""
     flags = __future__.annotations.compiler_flag  # annotations stay strings, as in the stub
     exec(compile(code, f"<given code of {file}>", "exec", flags=flags, dont_inherit=True), module.__dict__)
+
+
+class _GivenCodeLoader(importlib.machinery.SourceFileLoader):
+    """Loads a student's file as usual, then runs the course's given code in it."""
+
+    def __init__(self, name: str, path: str, given: str) -> None:
+        super().__init__(name, path)
+        self.given = given
+
+    def exec_module(self, module: ModuleType) -> None:
+        super().exec_module(module)
+        install_given(module, self.given, Path(self.path).name)
+
+
+class GivenCodeFinder(importlib.abc.MetaPathFinder):
+    """Put first on sys.meta_path (worker side): every import of one of the submission's files
+    that has given code, by whoever, goes through _GivenCodeLoader. A `from x import y` binds y
+    only once x has run completely, so it binds the course's y."""
+
+    def __init__(self, directory: Path, given: dict[str, str]) -> None:
+        self.directory = directory
+        self.given = {Path(file).stem: code for file, code in given.items() if code}
+
+    def find_spec(self, name: str, path=None, target=None):
+        if path is not None or name not in self.given:  # a submodule, or a file without given code
+            return None
+        file = self.directory / f"{name}.py"
+        if not file.is_file():
+            return None
+        loader = _GivenCodeLoader(name, str(file), self.given[name])
+        return importlib.util.spec_from_file_location(name, file, loader=loader)

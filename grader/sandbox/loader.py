@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from grader.sandbox.given import install_given
+from grader.sandbox.given import GivenCodeFinder
 
 
 class LoadError(Exception):
@@ -43,7 +43,7 @@ class SubmissionLoader:
         self.directory = directory.resolve()
         sys.path.insert(0, str(self.directory))
         self._failures: dict[str, LoadError] = {}
-        self._given: set[str] = set()
+        self._given: GivenCodeFinder | None = None
 
     def module(self, file: str) -> ModuleType:
         stem = Path(file).stem
@@ -60,11 +60,13 @@ class SubmissionLoader:
             self._failures[stem] = LoadError("import", f"importing {file} failed:\n{detail}")
             raise self._failures[stem] from None
 
-    def install_given(self, file: str, code: str) -> None:
-        """Replace the student's copy of the course's given code in `file` (once per file)."""
-        if code and file not in self._given:
-            install_given(self.module(file), code, file)
-            self._given.add(file)
+    def use_given(self, given: dict[str, str]) -> None:
+        """From now on, every import of a submission file runs the course's given code of that
+        file (`given`: file name -> code) right after the file's own code. Called before the
+        first import."""
+        if self._given is None:
+            self._given = GivenCodeFinder(self.directory, given)
+            sys.meta_path.insert(0, self._given)
 
     def function(self, file: str, name: str) -> Any:
         module = self.module(file)

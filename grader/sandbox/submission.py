@@ -119,11 +119,13 @@ def reaches_into_the_grader(directory: Path, files: Sequence[str]) -> str | None
     return None
 
 
-def _step_message(step: Step, spec: Function | None, target: str, given: str = "") -> dict[str, Any]:
+def _step_message(
+    step: Step, spec: Function | None, target: str, given: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {
         "target": step.target,
         "file": spec.file if spec else None,
-        "given": given,  # the course's given code of that file, run over the student's copy
+        "given": given or {},  # the course's given code of every file, run over the student's copies
         "args": tuple(step.args),
         "kwargs": dict(step.kwargs),
         "save_as": step.save_as,
@@ -177,6 +179,7 @@ class Submission:
         # submission bounded by (functions x world sizes) time limits.
         self._broken: dict[tuple[str, int], SubmissionError] = {}
         self._imported: set[str] = set()  # files a worker has imported without error
+        self._given: dict[str, str] | None = None
 
     def function(self, name: str) -> RemoteFunction:
         self.module.function(name)  # an unknown name is the test's mistake: fail now
@@ -212,8 +215,15 @@ class Submission:
                 spec, shown = self.module.function(step.target), step.target
             if step.save_as:
                 kept[step.save_as] = spec.name
-            messages.append(_step_message(step, spec, shown, given_code(self.module.name, spec.file)))
+            messages.append(_step_message(step, spec, shown, self._given_code()))
         return messages
+
+    def _given_code(self) -> dict[str, str]:
+        """The course's given code of each of the module's files that has some."""
+        if self._given is None:
+            found = {file: given_code(self.module.name, file) for file in self.module.files}
+            self._given = {file: code for file, code in found.items() if code}
+        return self._given
 
     def run(
         self,

@@ -196,7 +196,7 @@ class Worker:
         if dot and receiver in saved:
             return getattr(saved[receiver], method)
         if self.loader is not None:
-            self.loader.install_given(step["file"], step["given"])
+            self.loader.use_given(step["given"])
             return self.loader.function(step["file"], step["target"])
         import importlib
 
