@@ -103,4 +103,5 @@ def test_paged_decode_attention_equals_sdpa(submission):
     ]
     out = submission.script(steps).steps[0][-1]
     expected = F.scaled_dot_product_attention(q[0][:, None], k.transpose(0, 1), v.transpose(0, 1), enable_gqa=True)
-    assert_matches(out, expected[:, 0][None], "paged attention vs F.scaled_dot_product_attention", 1e-5, 1e-5)
+    what = "paged_decode_attention of sequence 7 (5 cached positions: one full block of 4 and 1 in the next)"
+    assert_matches(out, expected[:, 0][None], f"{what} vs F.scaled_dot_product_attention", 1e-5, 1e-5)

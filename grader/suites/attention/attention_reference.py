@@ -40,6 +40,18 @@ class Case:
         dtype = str(self.dtype).removeprefix("torch.")
         return f"{kind}-{mask}-q{self.seq_q}-k{self.seq_k}-d{self.head_dim}-{dtype}"
 
+    @property
+    def described(self) -> str:
+        """The id, and for a causal case the mask convention a failure is measured against."""
+        if not self.causal:
+            return self.id
+        offset = self.seq_k - self.seq_q
+        return (
+            f"{self.id} (causal, aligned to the END of the keys: query i sees keys j <= i + {offset}, "
+            f"i.e. i + (seq_k - seq_q), as FlashAttention 2.1+ and decoding with a cache need; "
+            f"not SDPA's is_causal, which aligns to the top-left)"
+        )
+
     def inputs(self, *salt: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Random q, k, v and an upstream gradient for the output (never zeros)."""
         gen = generator(self.id, *salt)

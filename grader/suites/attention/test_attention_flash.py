@@ -26,14 +26,16 @@ FLASH_CASES = [
 @pytest.mark.parametrize("case", FLASH_CASES, ids=lambda c: c.id)
 def test_flash_attention_torch_forward_and_lse_match_sdpa(submission, case):
     mine, expected, _ = forward_backward(submission, "flash_attention_torch", case, "flash-torch")
-    check_against_reference(mine, expected, case.dtype, f"flash_attention_torch on {case.id}", keys=("out", "lse"))
+    check_against_reference(
+        mine, expected, case.dtype, f"flash_attention_torch on {case.described}", keys=("out", "lse")
+    )
 
 
 @pytest.mark.points(4)
 @pytest.mark.parametrize("case", FLASH_CASES, ids=lambda c: c.id)
 def test_flash_attention_torch_gradients_match_autograd_through_sdpa(submission, case):
     mine, expected, _ = forward_backward(submission, "flash_attention_torch", case, "flash-torch")
-    check_against_reference(mine, expected, case.dtype, f"flash_attention_torch backward on {case.id}")
+    check_against_reference(mine, expected, case.dtype, f"flash_attention_torch backward on {case.described}")
 
 
 @pytest.mark.points(2)
@@ -60,5 +62,7 @@ TRITON_CASES = [
 @pytest.mark.parametrize("case", TRITON_CASES, ids=lambda c: c.id)
 def test_flash_attention_triton_matches_sdpa_in_the_interpreter(submission, case):
     mine, expected, _ = forward_backward(submission, "flash_attention_triton", case, "triton")
-    check_against_reference(mine, expected, case.dtype, f"flash_attention_triton on {case.id}", keys=("out", "lse"))
-    check_against_reference(mine, expected, case.dtype, f"flash_attention_triton backward on {case.id}")
+    check_against_reference(
+        mine, expected, case.dtype, f"flash_attention_triton on {case.described}", keys=("out", "lse")
+    )
+    check_against_reference(mine, expected, case.dtype, f"flash_attention_triton backward on {case.described}")

@@ -33,7 +33,7 @@ def test_flash_attention_torch_never_materialises_the_score_matrix(submission, c
     mine, expected, figures = forward_backward(
         submission, "flash_attention_torch", case, "memory", measure=("largest",)
     )
-    check_against_reference(mine, expected, case.dtype, f"flash_attention_torch on {case.id}")
+    check_against_reference(mine, expected, case.dtype, f"flash_attention_torch on {case.described}")
     allowed = largest_allowed(case)
     scores = case.batch * case.heads * case.seq_q * case.seq_k
     record_property("largest_elements", figures["largest"])

@@ -26,7 +26,9 @@ def test_attention_matches_sdpa(submission, case):
     q, k, v, _ = case.inputs("attention-forward")
     out = submission.function("attention")(q, k, v, causal=case.causal)
     expected = sdpa(q.double(), k.double(), v.double(), case.causal)
-    check_against_reference({"out": out}, {"out": expected}, case.dtype, f"attention on {case.id}", keys=("out",))
+    check_against_reference(
+        {"out": out}, {"out": expected}, case.dtype, f"attention on {case.described}", keys=("out",)
+    )
 
 
 @pytest.mark.points(1)
@@ -42,7 +44,7 @@ def test_attention_uses_the_given_scale(submission):
 @pytest.mark.parametrize("case", CASES[:3], ids=lambda c: c.id)
 def test_attention_gradients_match_autograd_through_sdpa(submission, case):
     mine, expected, _ = forward_backward(submission, "attention", case, "attention-grad")
-    check_against_reference(mine, expected, case.dtype, f"attention backward on {case.id}")
+    check_against_reference(mine, expected, case.dtype, f"attention backward on {case.described}")
 
 
 @pytest.mark.points(1)

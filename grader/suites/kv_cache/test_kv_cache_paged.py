@@ -254,4 +254,17 @@ def test_paged_decode_attention_matches_sdpa_over_the_appended_keys(submission, 
             for b, s in enumerate(seq_ids)
         ]
     )
-    assert_matches(out, expected, "attention of each sequence's query over its cached keys", 1e-5, 1e-5)
+    lengths_of = {s: data[s][0].shape[0] for s in seq_ids}
+    assert tuple(out.shape) == tuple(expected.shape), (
+        f"paged_decode_attention returned shape {tuple(out.shape)}, expected {tuple(expected.shape)}: one row "
+        f"per sequence id, (num_seqs, heads, head_dim)"
+    )
+    for row, seq in enumerate(seq_ids):
+        assert_matches(
+            out[row],
+            expected[row],
+            f"paged_decode_attention, row {row}: sequence {seq}, {lengths_of[seq]} cached positions "
+            f"({-(-lengths_of[seq] // 4)} blocks of 4; every sequence's length: {lengths_of})",
+            1e-5,
+            1e-5,
+        )

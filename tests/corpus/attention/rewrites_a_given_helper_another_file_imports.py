@@ -2,7 +2,6 @@
 which flash_torch.py imports. The course's check_shapes must run everywhere: the flash checks
 run first here, so flash_torch.py imports reference.py before any check calls into it."""
 
-# ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: reference.py
 # select: flash_attention_torch_forward_and_lse
 # fails: -
