@@ -64,13 +64,25 @@ def test_notebook_runs_against_the_solutions(module, executed):
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_notebook_is_what_its_generator_script_writes(module, tmp_path):
-    """A notebook with a generator script (lectures/scripts/make_<m>_notebook.py) is not edited
-    by hand: the committed file must be exactly what the script writes."""
-    script = ROOT / "lectures" / "scripts" / f"make_{module}_notebook.py"
-    if not script.is_file():
-        pytest.skip(f"{module}'s notebook has no generator script")
-    out = tmp_path / f"{module}.ipynb"
-    subprocess.run([sys.executable, str(script), "--out", str(out)], check=True, capture_output=True)
-    committed = ROOT / "assignments" / module / f"{module}.ipynb"
-    assert out.read_text() == committed.read_text(), f"regenerate it: python {script.relative_to(ROOT)}"
+def test_notebook_and_its_text_source_are_in_sync(module):
+    """Each notebook's source of truth is its MyST text twin (assignments/<m>/<m>.md), paired
+    with the .ipynb by jupytext: jupytext's own --diff between the two shows nothing."""
+    folder = ROOT / "assignments" / module
+    text, notebook = folder / f"{module}.md", folder / f"{module}.ipynb"
+    assert text.is_file(), f"{text.relative_to(ROOT)} is missing: jupytext --set-formats ipynb,md:myst {notebook}"
+    command = [
+        str(Path(sys.executable).parent / "jupytext"),
+        "--diff",
+        "--diff-format",
+        "md:myst",
+        str(notebook),
+        str(text),
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert not completed.stdout.strip(), (
+        f"{notebook.relative_to(ROOT)} and {text.name} differ: edit the .md, then "
+        f"`jupytext --sync {text.relative_to(ROOT)}`\n{completed.stdout[:3000]}"
+    )
+    paired = nbformat.read(notebook, as_version=4).metadata.get("jupytext", {}).get("formats")
+    assert paired == "ipynb,md:myst", f"{notebook.name} is not paired with its .md (formats: {paired!r})"
