@@ -31,7 +31,9 @@ class DDP(nn.Module):
     - Buckets: walk the parameters that require grad in REVERSE order of module.parameters()
       (each tied parameter once) and fill buckets of at most bucket_cap_mb * 2**20 bytes; a
       bucket is closed when adding the next parameter would exceed the cap (a parameter larger
-      than the cap gets a bucket of its own).
+      than the cap gets a bucket of its own). bucket_cap_mb=None or float("inf"): no cap, ONE
+      bucket holding every parameter that requires grad (all-reduced once, when the last
+      gradient of the step is ready).
     - During backward, a hook on each parameter (Tensor.register_post_accumulate_grad_hook)
       marks its gradient ready; when a bucket's gradients are all ready, flatten them into one
       tensor and start dist.all_reduce(..., async_op=True) on it, right away, once per bucket
@@ -43,7 +45,7 @@ class DDP(nn.Module):
     torch.nn.parallel.DistributedDataParallel is refused: write it yourself.
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0) -> None:
+    def __init__(self, module: nn.Module, bucket_cap_mb: float | None = 25.0) -> None:
         super().__init__()
         self.module = module
         raise NotImplementedError("implement DDP.__init__ (lectures/02-data-parallel-and-zero.md, section 2)")
@@ -130,7 +132,7 @@ def train_ddp(
     lr: float,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    bucket_cap_mb: float,
+    bucket_cap_mb: float | None,
 ) -> dict[str, object]:
     """Given (the grader calls it on every rank): make_model(variant) loaded from `state`, wrapped in
     DDP, trained one optimizer step per batch (inputs[i], targets[i]: this rank's slices) on the

@@ -13,6 +13,10 @@ runs:
 So a rank holds Psi/p parameters plus one layer at a time, and the optimizer, built over the
 shards, keeps Psi/p of gradients and state too. Adam and SGD act element by element, so
 stepping each shard on its own is the same step as on the whole model.
+
+Mixed precision (lecture 02, section 5, "Mixed precision"): the shards, their gradients and the
+optimizer state stay in fp32 (the master copy); each layer is gathered and run in a 16-bit
+compute dtype, and its gradient is cast back to fp32 before it is summed over ranks.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 
-def fully_shard(model: nn.Module) -> nn.Module:
+def fully_shard(model: nn.Module, compute_dtype: torch.dtype | None = None) -> nn.Module:
     """Shard every direct child of `model` (a "layer") over the ranks of the default group, in
     place, and return `model`. All of the model's parameters live in its children and require
     grad; no parameter is shared between layers.
@@ -51,9 +55,22 @@ def fully_shard(model: nn.Module) -> nn.Module:
       backpropagate, free them, and dist.reduce_scatter_tensor the full flat gradient so that
       flat_shard.grad is the average over ranks of the gradient of this rank's chunk.
 
+    Mixed precision, compute_dtype (e.g. torch.bfloat16 or torch.float16; None: the parameters'
+    own dtype everywhere, nothing is cast):
+    - the shards, flat_shard.grad and so the optimizer state keep the dtype the parameters came
+      in (fp32: the master copy the optimizer steps);
+    - forward and backward run in compute_dtype: cast this rank's shard to compute_dtype BEFORE
+      the all-gather, so the gathered layer (and what goes over the wire) is compute_dtype, half
+      the bytes of fp32; cast the layer's floating-point tensor inputs to compute_dtype; the
+      layer's outputs are whatever it produces;
+    - gradients are reduced in fp32: cast the full-layer gradient (compute_dtype) to the shard's
+      dtype, then reduce-scatter it, so flat_shard.grad is the fp32 average over ranks.
+
     The grader counts every storage alive between layers (see train_fsdp): at most this rank's
-    shards plus one layer. gloo's thread may hold a collective's buffers for a moment after a
-    synchronous call returns; tensor.untyped_storage().resize_(0) releases a buffer at once.
+    shards plus one layer, and while a layer runs, at most the shards plus that layer once in
+    compute_dtype (and this rank's chunk cast for the all-gather): a layer gathered in fp32 and
+    cast afterwards exceeds it. gloo's thread may hold a collective's buffers for a moment after
+    a synchronous call returns; tensor.untyped_storage().resize_(0) releases a buffer at once.
     """
     raise NotImplementedError("implement fully_shard (lectures/02-data-parallel-and-zero.md, section 5)")
 
@@ -66,13 +83,15 @@ class StorageTracker(TorchDispatchMode):
 
     live_bytes() sums the current size of those still alive: a tensor is counted wherever its
     last reference hides (an attribute, a closure, a list, the tensors autograd saves for
-    backward), and a storage shrunk with untyped_storage().resize_(0) counts as freed.
+    backward), and a storage shrunk with untyped_storage().resize_(0) counts as freed. While
+    `peak` is not None, it is raised to live_bytes() after every operator that allocates.
     """
 
     def __init__(self, ignore: Iterable[torch.Tensor] = ()) -> None:
         super().__init__()
         self.storages: dict[int, StorageWeakRef] = {}
         self.ignored = {_key(t) for t in ignore}
+        self.peak: int | None = None
 
     def track(self, tensor: torch.Tensor) -> None:
         self.storages.setdefault(_key(tensor), StorageWeakRef(tensor.untyped_storage()))
@@ -81,13 +100,16 @@ class StorageTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         # Only storages the operator allocated: a view or an in-place result aliases an input.
         inputs = {_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor) and _key(leaf) not in inputs:
-                self.track(leaf)
+        allocated = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and _key(t) not in inputs]
+        for leaf in allocated:
+            self.track(leaf)
+        if allocated and self.peak is not None:
+            self.peak = max(self.peak, self.live_bytes())
         return out
 
     def live_bytes(self) -> int:
-        alive = [ref for cdata, ref in self.storages.items() if cdata not in self.ignored and not ref.expired()]
+        self.storages = {cdata: ref for cdata, ref in self.storages.items() if not ref.expired()}  # forget the dead
+        alive = [ref for cdata, ref in self.storages.items() if cdata not in self.ignored]
         return sum(torch.UntypedStorage._new_with_weak_ptr(ref.cdata).nbytes() for ref in alive)
 
 
@@ -103,22 +125,27 @@ def train_fsdp(
     lr: float,
     inputs: torch.Tensor,
     targets: torch.Tensor,
+    compute_dtype: torch.dtype | None = None,
 ) -> dict[str, object]:
-    """Given (the grader calls it on every rank): make_model(variant) loaded from `state`, put
-    through fully_shard, trained one step per batch (this rank's slices) on the mean squared
-    error with an optimizer over model.parameters(): "sgd" (momentum 0.9) or "adamw" (weight
-    decay 0.01).
+    """Given (the grader calls it on every rank): make_model(variant) loaded from `state` (in the
+    inputs' dtype), put through fully_shard(model), or fully_shard(model, compute_dtype) when
+    compute_dtype is given, trained one step per batch (this rank's slices) on the mean squared
+    error, taken in the targets' dtype (the model's output cast to it), with an optimizer over
+    model.parameters(): "sgd" (momentum 0.9) or "adamw" (weight decay 0.01).
 
     Memory is counted by a StorageTracker that is on while fully_shard, the forwards and the
     backwards run (not the optimizer's own step): every storage any operator allocates there,
     plus the original parameters' storages, while they stay alive. The first step only warms
-    up; then the same count is taken on the plain (unsharded) model, whose only counted
-    storages are activations. For every later step:
+    up; then the same count is taken on the plain (unsharded) model, in compute_dtype if given,
+    on the inputs cast to it: its only counted storages are activations. For every later step:
 
     - "resident_bytes": at each layer boundary (before each layer, after the last), the
       sharded model's live bytes minus the plain model's at the same boundary (= parameters);
+    - "layer_peak_bytes": for each layer, the most live bytes from its boundary to the next
+      (while it runs: its gathered parameters are there), minus the plain model's;
     - "after_backward_bytes": live bytes once loss.backward() has returned;
-    and "shards": each layer's final flat_shard, by layer name.
+    and "shards": each layer's final flat_shard, by layer name; "grads": each layer's
+    flat_shard.grad after the first backward.
     """
     width, dtype = inputs.shape[-1], inputs.dtype
     model = make_model(variant, width).to(dtype)
@@ -127,46 +154,64 @@ def train_fsdp(
     for p in model.parameters():
         tracker.track(p)
     with tracker:
-        fully_shard(model)
+        if compute_dtype is None:
+            fully_shard(model)  # the fully_shard of an exercise without mixed precision works too
+        else:
+            fully_shard(model, compute_dtype)
     if optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    resident, after_backward = [], []
+    resident, peaks, after_backward = [], [], []
     for step, (x, y) in enumerate(zip(inputs, targets)):
         opt.zero_grad(set_to_none=True)
-        counts = _boundary_counts(model, x, y, tracker)
+        counts, peak = _boundary_counts(model, x, y, tracker)
         if step == 0:
+            grads = {name: layer.flat_shard.grad.detach().clone() for name, layer in model.named_children()}
             # The first operators run under a dispatch mode leave some garbage in reference
             # cycles: collect it once, then measure the activations of the plain model.
             gc.collect()
-            plain = make_model(variant, width).to(dtype)
+            plain = make_model(variant, width).to(compute_dtype or dtype)
             plain.load_state_dict(state)
-            activations = _boundary_counts(plain, x, y, StorageTracker(ignore=plain.parameters()))
+            plain_tracker = StorageTracker(ignore=plain.parameters())
+            activations, plain_peak = _boundary_counts(plain, x, y, plain_tracker, compute_dtype)
         else:
             resident.append([n - a for n, a in zip(counts, activations)])
+            peaks.append([n - a for n, a in zip(peak, plain_peak)])
             after_backward.append(tracker.live_bytes())
         opt.step()
     return {
         "shards": {name: layer.flat_shard.detach().clone() for name, layer in model.named_children()},
+        "grads": grads,
         "resident_bytes": resident,
+        "layer_peak_bytes": peaks,
         "after_backward_bytes": after_backward,
     }
 
 
-def _boundary_counts(model: nn.Module, x: torch.Tensor, y: torch.Tensor, tracker: StorageTracker) -> list[int]:
+def _boundary_counts(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, tracker: StorageTracker, cast: torch.dtype | None = None
+) -> tuple[list[int], list[int]]:
     """Live bytes before each child of `model` runs (ahead of the child's own hooks) and after
-    the whole forward; the forward and backward run under `tracker`."""
+    the whole forward, and the most live bytes from each of those boundaries to the next; the
+    forward (on x cast to `cast`, if given) and backward run under `tracker`."""
     counts: list[int] = []
+    peaks: list[int] = []
+
+    def boundary(*_) -> None:
+        if tracker.peak is not None:
+            peaks.append(tracker.peak)
+        counts.append(tracker.live_bytes())
+        tracker.peak = counts[-1]
+
     hooks = [
-        *(
-            layer.register_forward_pre_hook(lambda *_: counts.append(tracker.live_bytes()), prepend=True)
-            for layer in model.children()
-        ),
-        model.register_forward_hook(lambda *_: counts.append(tracker.live_bytes())),
+        *(layer.register_forward_pre_hook(boundary, prepend=True) for layer in model.children()),
+        model.register_forward_hook(boundary),
     ]
     with tracker:
-        F.mse_loss(model(x), y).backward()
+        out = model(x if cast is None else x.to(cast))
+        tracker.peak = None
+        F.mse_loss(out.to(y.dtype), y).backward()
     for hook in hooks:
         hook.remove()
-    return counts
+    return counts, peaks

@@ -119,14 +119,15 @@ def train_single_process(
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def greedy_buckets(variant: str, bucket_cap_mb: float) -> list[int]:
+def greedy_buckets(variant: str, bucket_cap_mb: float | None) -> list[int]:
     """Elements per bucket under the DDP docstring's rule: trainable parameters in reverse
-    order, a bucket closed when the next parameter would take it over the cap."""
-    cap = bucket_cap_mb * 2**20
+    order, a bucket closed when the next parameter would take it over the cap (None or inf: one
+    bucket)."""
+    cap = float("inf") if bucket_cap_mb is None else bucket_cap_mb * 2**20
     buckets: list[int] = []
-    size = cap + 1
+    size = 0
     for p in [p for p in MLP(variant).parameters() if p.requires_grad][::-1]:
-        if size + 4 * p.numel() > cap:
+        if not buckets or size + 4 * p.numel() > cap:
             buckets.append(0)
             size = 0
         buckets[-1] += p.numel()
@@ -179,3 +180,52 @@ def train_torch_ddp(
         F.mse_loss(ddp(x), y).backward()
         opt.step()
     return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+def mixed_precision_gradients(
+    low: nn.Module, x: torch.Tensor, y: torch.Tensor, world_size: int = 1
+) -> list[torch.Tensor]:
+    """One step's gradients under the mixed-precision recipe, by parameter: `low` (the model in
+    its compute dtype) runs forward and backward on each rank's rows of x cast to that dtype (the
+    loss taken in y's dtype, fp32, on the output cast up, as the given train_fsdp does); each
+    rank's gradient is cast to y's dtype (fp32), summed over ranks and divided by world_size.
+    world_size=1: the whole batch."""
+    dtype = next(low.parameters()).dtype
+    total: list[torch.Tensor] = []
+    for rows_x, rows_y in zip(x.chunk(world_size), y.chunk(world_size)):
+        low.zero_grad(set_to_none=True)
+        F.mse_loss(low(rows_x.to(dtype)).to(y.dtype), rows_y).backward()
+        grads = [p.grad.to(y.dtype) for p in low.parameters()]
+        total = [t + g for t, g in zip(total, grads)] if total else grads
+    return [t / world_size for t in total]
+
+
+def train_mixed_precision(
+    variant: str,
+    state: dict[str, torch.Tensor],
+    optimizer: str,
+    lr: float,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    compute_dtype: torch.dtype,
+    world_size: int = 1,
+) -> dict[str, object]:
+    """One process, the mixed-precision recipe of the ZeRO paper: an fp32 master copy of the
+    model (the state's dtype), stepped by the optimizer; each step a compute_dtype copy of the
+    master runs forward and backward and its gradients, cast to fp32, are the master's. With
+    world_size=1 on the whole batch; with world_size=p rank by rank, the ranks' fp32 gradients
+    averaged, as p ranks of fully_shard(compute_dtype) get them. Returns the final "state" and the
+    first step's gradients, "grads", by parameter name."""
+    master = make_model(variant).to(inputs.dtype)
+    master.load_state_dict(state)
+    low = make_model(variant).to(compute_dtype)
+    opt = make_optimizer(optimizer, list(master.parameters()), lr)
+    first: dict[str, torch.Tensor] = {}
+    for x, y in zip(inputs, targets):
+        low.load_state_dict(master.state_dict())  # the master rounded to compute_dtype
+        grads = mixed_precision_gradients(low, x, y, world_size)
+        for p, g in zip(master.parameters(), grads):
+            p.grad = g
+        first = first or {name: p.grad.clone() for name, p in master.named_parameters()}
+        opt.step()
+    return {"state": {k: v.detach().clone() for k, v in master.state_dict().items()}, "grads": first}

@@ -1,13 +1,23 @@
 """Hidden suite: DDP on gloo worlds of 2 and 4 ranks trains exactly like one process on the whole
 batch (train_single_process in reference.py, torch.optim's own SGD/AdamW). Rank 0 starts from
-the given state and every other rank from a different one: construction must broadcast."""
+the given state and every other rank from a different one: construction must broadcast. With no
+bucket cap (None or inf) every gradient goes in one bucket: one all_reduce per backward."""
 
 from __future__ import annotations
 
 import pytest
 
 from grader.sandbox import Saved, Step
-from grader.suites.zero.reference import WIDTH, in_float64, make_data, make_state, rank_slice, train_single_process
+from grader.suites.zero.reference import (
+    STEPS,
+    WIDTH,
+    in_float64,
+    make_data,
+    make_model,
+    make_state,
+    rank_slice,
+    train_single_process,
+)
 from grader.testing import assert_matches
 
 TOL = (1e-5, 1e-6)
@@ -71,6 +81,34 @@ def test_ddp_with_one_bucket_for_everything_matches_too(submission):
     got, expected = run_ddp(submission, 2, "plain", "adamw", 0.01, cap_mb=25.0)
     for name, want in expected.items():
         assert_matches(got[1]["state"][name], want, f"bucket_cap_mb=25 (one bucket): rank 1's {name}", *TOL)
+
+
+NO_CAP = [(2, "plain", "adamw", None), (4, "frozen", "sgd", float("inf"))]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize(
+    ("world_size", "variant", "optimizer", "cap_mb"), NO_CAP, ids=["world=2-cap=None", "world=4-cap=inf"]
+)
+def test_ddp_without_a_cap_allreduces_one_bucket_per_backward(submission, world_size, variant, optimizer, cap_mb):
+    lr = 0.05 if optimizer == "sgd" else 0.01
+    got, expected = run_ddp(submission, world_size, variant, optimizer, lr, cap_mb=cap_mb)
+    trainable = sum(p.numel() for p in make_model(variant).parameters() if p.requires_grad)
+    where = f"world={world_size}, {variant} model, bucket_cap_mb={cap_mb}"
+    for rank, result in enumerate(got):
+        assert result["calls"] == [1] * STEPS and result["elements"] == [trainable] * STEPS, (
+            f"{where}: rank {rank} made {result['calls']} dist.all_reduce calls carrying {result['elements']} "
+            f"elements in its {STEPS} steps; with no cap every gradient that requires grad goes in ONE bucket: "
+            f"one call of {trainable} elements per backward"
+        )
+        for name, want in expected.items():
+            assert_matches(
+                result["state"][name],
+                want,
+                f"{where}: rank {rank}'s {name} after {STEPS} steps "
+                f"(single-process training on the whole batch gives the expected value)",
+                *TOL,
+            )
 
 
 @pytest.mark.points(3)
