@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test lab bench sync release gpu-check lint clean
+.PHONY: grade test lab bench sync release site gpu-check lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ sync: $(STAMP)  ## regenerate assignments/ stubs from solutions/
 
 release: $(STAMP)  ## the student template repository for GitHub Classroom: make release ARGS="--out DIR"
 	@$(BIN)/python -m grader release $(ARGS)
+
+site: $(STAMP)  ## the course website in site/ (MkDocs + Material; executes the notebooks): make site ARGS="--no-execute"
+	@$(BIN)/python -m grader site --out site $(ARGS)
 
 gpu-check: $(STAMP)  ## GPU-only checks (needs a CUDA device); reports in gpu-check/
 	@PYTHON=$(BIN)/python .ci/gpu-check $(ARGS)

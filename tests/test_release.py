@@ -26,8 +26,9 @@ from grader.sync import BEGIN, END
 from grader.usage import UsageError
 
 # The inputs each action declares in its action.yml (actions/checkout v4, actions/setup-python v5,
-# actions/upload-artifact v4) or, for the Classroom reporter, in its README (it reads the results
-# from <RUNNER ID>_RESULTS environment variables, not inputs).
+# actions/upload-artifact v4, actions/upload-pages-artifact v3, actions/deploy-pages v4) or, for
+# the Classroom reporter, in its README (it reads the results from <RUNNER ID>_RESULTS
+# environment variables, not inputs).
 ACTION_INPUTS = {
     "actions/checkout": {
         "repository", "ref", "token", "ssh-key", "ssh-known-hosts", "ssh-strict", "ssh-user",
@@ -43,6 +44,8 @@ ACTION_INPUTS = {
         "name", "path", "if-no-files-found", "retention-days", "compression-level", "overwrite",
         "include-hidden-files",
     },
+    "actions/upload-pages-artifact": {"name", "path", "retention-days"},
+    "actions/deploy-pages": {"token", "timeout", "error_count", "reporting_interval", "artifact_name", "preview"},
     "classroom-resources/autograding-grading-reporter": {"runners"},
 }  # fmt: skip
 HIDDEN_SUITE_MARKER = '"""Hidden suite'
@@ -129,7 +132,8 @@ def test_release_has_no_fence_no_hidden_suite_and_no_instructor_folder(release):
     suite_texts = {p.read_text() for p in (ROOT / "grader" / "suites").rglob("*.py") if p.stat().st_size}
     for path in _released_files(release):
         relative = path.relative_to(release).as_posix()
-        assert not relative.startswith(("solutions/", "grader/suites/", "tests/", "lectures/scripts/")), relative
+        instructor_only = ("solutions/", "grader/suites/", "tests/", "lectures/scripts/", "site/", "build/")
+        assert not relative.startswith(instructor_only), relative
         lines = _code_lines(path)
         fences = [line for line in lines if line in (BEGIN, END)]
         # grader/sync.py documents the fences with an example whose body is `...`; nothing else may have one.
@@ -277,7 +281,9 @@ def _undocumented_inputs(workflow: dict) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("path", ["release:.github/workflows/classroom.yml", ".github/workflows/gpu-grade.yml"])
+@pytest.mark.parametrize(
+    "path", ["release:.github/workflows/classroom.yml", ".github/workflows/gpu-grade.yml", ".github/workflows/site.yml"]
+)
 def test_workflow_uses_only_documented_action_inputs(release, path):
     file = release / path.split(":", 1)[1] if path.startswith("release:") else ROOT / path
     workflow = yaml.safe_load(file.read_text())

@@ -9,4 +9,5 @@ COMMANDS = {
     "release": "grader.delivery.release",
     "gradescope": "grader.delivery.gradescope_bundle",
     "batch": "grader.delivery.batch",
+    "site": "grader.delivery.site",
 }

@@ -24,8 +24,8 @@ from grader.usage import UsageError
 HELP = "write the student template repository (GitHub Classroom) to --out DIR"
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-# Makefile targets that need the instructor's tree (tests/, solutions/, this command).
-INSTRUCTOR_TARGETS = ("test", "bench", "sync", "release", "gpu-check")
+# Makefile targets that need the instructor's tree (tests/, solutions/, this command, the site's).
+INSTRUCTOR_TARGETS = ("test", "bench", "sync", "release", "site", "gpu-check")
 SKIPPED_NAMES = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".DS_Store"}
 COURSE_FILES = ("course.toml", "pyproject.toml", "environment.yml", ".gitignore")
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
