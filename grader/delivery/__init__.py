@@ -9,5 +9,6 @@ COMMANDS = {
     "release": "grader.delivery.release",
     "gradescope": "grader.delivery.gradescope_bundle",
     "batch": "grader.delivery.batch",
+    "mutants": "grader.delivery.mutants",
     "site": "grader.delivery.site",
 }
