@@ -111,6 +111,7 @@ class Visit:
     math_count: int = 0
 
 
+TYPESET_TIMEOUT_MS = 15_000  # generous: KaTeX sets ~300 formulas a lecture, on a busy machine too
 TYPESET = "() => [...document.querySelectorAll('.arithmatex')].every(e => e.querySelector('.katex'))"
 INSPECT = r"""() => {
   const out = {};
@@ -129,19 +130,26 @@ INSPECT = r"""() => {
     if (delimiters.test(node.textContent)) out.raw_math.push(node.textContent.trim().slice(0, 80));
   }
   out.links = [...document.querySelectorAll('a[href]')].map(a => a.href);
-  // Elements past the right edge that no scroll container (code block, table, display math) holds.
+  // The page must not scroll sideways, and nothing in the article may stick out of the screen
+  // (where the page would clip it) unless a scroll container holds it: code blocks, tables
+  // (Material wraps them in one) and display math (site.css).
   const width = document.documentElement.clientWidth;
   out.overflow = [];
   if (document.documentElement.scrollWidth > width) {
-    for (const element of document.querySelectorAll('body *')) {
-      if (element.getBoundingClientRect().right <= width + 1) continue;
-      let held = false;
-      for (let p = element.parentElement; p && !held; p = p.parentElement) {
-        held = ['auto', 'scroll', 'hidden', 'clip'].includes(getComputedStyle(p).overflowX);
-      }
-      if (!held) out.overflow.push(`${element.tagName.toLowerCase()}.${element.className}`.slice(0, 80));
+    out.overflow.push(`the page scrolls sideways: ${document.documentElement.scrollWidth} > ${width} px`);
+  }
+  const article = document.querySelector('article') || document.body;
+  for (const element of article.querySelectorAll('*')) {
+    // A formula and a drawing count as a whole: KaTeX and SVG clip their own insides on purpose.
+    if (element.parentElement.closest('.katex') || element.ownerSVGElement) continue;
+    const box = element.getBoundingClientRect();
+    if (box.width === 0 || box.right <= width + 1) continue;
+    let held = false;
+    for (let p = element.parentElement; p && p !== article.parentElement && !held; p = p.parentElement) {
+      held = ['auto', 'scroll'].includes(getComputedStyle(p).overflowX);
     }
-    if (!out.overflow.length) out.overflow.push(`scrollWidth ${document.documentElement.scrollWidth} > ${width}`);
+    const name = `${element.tagName.toLowerCase()}.${element.className}`;
+    if (!held) out.overflow.push(`${name}: ${element.textContent}`.slice(0, 100));
   }
   return out;
 }"""
@@ -150,7 +158,7 @@ INSPECT = r"""() => {
 def _visit(page, url: str, visit: Visit) -> Visit:
     page.goto(url, wait_until="load")
     with contextlib.suppress(Exception):  # untypeset math is reported below, page by page
-        page.wait_for_function(TYPESET, timeout=5000)
+        page.wait_for_function(TYPESET, timeout=TYPESET_TIMEOUT_MS)
     for key, value in page.evaluate(INSPECT).items():
         setattr(visit, key, value)
     return visit
@@ -302,9 +310,14 @@ def test_search_finds_a_function_by_name(browser, server):
     page = browser.new_page(viewport=DESKTOP)
     try:
         page.goto(server + "index.html", wait_until="load")
-        page.click("label.md-search__icon, .md-search__input")
-        page.fill(".md-search__input", "ring_allreduce")
-        page.wait_for_selector(".md-search-result__item", timeout=15000)
+        page.click(".md-search__input")
+        # Material's search worker builds its index after the page loads, saying so meanwhile;
+        # then the query is typed key by key, as a reader types it (search runs on key events).
+        meta = "document.querySelector('.md-search-result__meta').textContent"
+        ready = f"() => {meta} !== '' && !{meta}.includes('Initializing')"
+        page.wait_for_function(ready, timeout=30_000)
+        page.locator(".md-search__input").press_sequentially("ring_allreduce")
+        page.wait_for_selector(".md-search-result__item", timeout=15_000)
         results = page.inner_text(".md-search-result__list")
     finally:
         page.close()
@@ -316,7 +329,7 @@ def test_screenshots_of_the_home_page_and_a_lecture_at_phone_and_desktop_width(v
     try:
         for path, name in SHOWN.items():
             page.goto(server + path, wait_until="load")
-            page.wait_for_function(TYPESET, timeout=5000)
+            page.wait_for_function(TYPESET, timeout=TYPESET_TIMEOUT_MS)
             _screenshot(page, name)
     finally:
         page.close()
