@@ -43,6 +43,7 @@ def exercises(course: Course, module: Module) -> list[Exercise]:
     """The module's definitions named in course.toml, and those its stubs leave to implement;
     in file order. A stub class course.toml does not name (attention's FlashAttentionTorch,
     behind the function it lists) is taught where course.toml says that file is."""
+    # Reversed, so that the first function course.toml lists for a file gives the file's section.
     toml_section_of_file = {f.file: f.section for f in reversed(module.functions.values())}
     found = []
     for file, (_, entries) in module_entries(course, module).items():
@@ -89,19 +90,16 @@ def home_page(course: Course, readme: str) -> str:
         number = _module_number(course, module)
         lines.append(
             f"| {number} | [{module.title}](#{slug(f'{number}. {module.name}')}) | {module.points:g} "
-            f"| {_module_links(module, '')} |"
+            f"| {_module_links(module)} |"
         )
     for module in course.modules.values():
         lines += ["", *_module_syllabus(course, module)]
     return "\n".join(lines) + "\n"
 
 
-def _module_links(module: Module, prefix: str) -> str:
-    """Links to the module's lecture, notebook and API pages; `prefix` leads to the site's root."""
-    return (
-        f"[lecture]({prefix}{module.lecture}) · [notebook]({prefix}notebooks/{module.name}.md) · "
-        f"[API]({prefix}api/{module.name}.md)"
-    )
+def _module_links(module: Module) -> str:
+    """Links from the home page to the module's lecture, notebook and API pages."""
+    return f"[lecture]({module.lecture}) · [notebook](notebooks/{module.name}.md) · [API](api/{module.name}.md)"
 
 
 def _readme_intro(readme: str) -> str:
@@ -118,7 +116,7 @@ def _module_syllabus(course: Course, module: Module) -> list[str]:
         f"### {number}. {module.name}",
         "",
         f"**{module.title}.** {module.points:g} points; you edit {files} in `assignments/{module.name}/`. "
-        f"{_module_links(module, '')}",
+        f"{_module_links(module)}",
         "",
         "| you implement | file | lecture section |",
         "| --- | --- | --- |",
