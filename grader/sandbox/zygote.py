@@ -77,6 +77,10 @@ def _preload(device: str) -> None:
     """Import what every worker imports, without touching a device or starting a thread."""
     import numpy  # noqa: F401
     import torch
+
+    # FlopCounterMode imports torch._dynamo the first time it is entered (2-4 s of CPU): once
+    # here rather than in every worker that counts FLOPs, and never inside a timed call.
+    import torch._dynamo
     import torch.distributed
     import torch.utils.flop_counter  # noqa: F401
 
