@@ -241,8 +241,11 @@ Grade = Callable[[str | None, str], dict[str, str]]  # (file or None for the ref
 def grade_mutants(course: Course, module: str, todo: list[Mutant], seed: int, jobs: int) -> dict[str, Result]:
     """Grade the reference once (the tests a mutant must keep passing), then every mutant."""
     verdicts: dict[str, Result] = {}
+    if not todo:
+        return verdicts
+    jobs = min(jobs, len(todo))
     lock = threading.Lock()
-    with _grader(course, module, seed, min(jobs, len(todo))) as grade:
+    with _grader(course, module, seed, jobs) as grade:
         passing = _reference_passes(grade(None, ""), module)
 
         def judge(mutant: Mutant) -> None:
@@ -275,8 +278,8 @@ def _reference_passes(statuses: dict[str, str], module: str) -> list[str]:
 
 @contextmanager
 def _grader(course: Course, module: str, seed: int, jobs: int) -> Iterator[Grade]:
-    """Grading in this process (jobs <= 1), or in whichever of `jobs` grading processes is free."""
-    if jobs <= 1:
+    """Grading in this process (jobs 1), or in whichever of `jobs` grading processes is free."""
+    if jobs == 1:
         yield lambda file, text: graded_statuses(course, module, file, text, seed)
         return
     processes = [GradingProcess(course.root) for _ in range(jobs)]
