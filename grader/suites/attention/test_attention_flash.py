@@ -39,8 +39,10 @@ def test_flash_attention_torch_gradients_match_autograd_through_sdpa(submission,
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize(("block_q", "block_k"), [(16, 32), (128, 16)])
+@pytest.mark.parametrize(("block_q", "block_k"), [(16, 32), (128, 16), (3, 2)])
 def test_flash_attention_torch_honours_other_block_sizes(submission, block_q, block_k):
+    """(3, 2): a key tile starts exactly on the diagonal of a query tile's last row (key 2 for
+    rows 0-2), the one tile a causal skip with < instead of <= leaves out."""
     case = Case(1, 2, 1, 70, 70, 16, True, torch.float64)
     q, k, v, _ = case.inputs("blocks", block_q, block_k)
     out, lse = submission.function("flash_attention_torch")(q, k, v, causal=True, block_q=block_q, block_k=block_k)

@@ -35,3 +35,31 @@ def test_allreduce_time_rejects_a_negative_world_size(submission):
         expect_exception("ValueError", lambda: submission.function("allreduce_time")(*arguments))
     except AssertionError as error:
         raise AssertionError(f"allreduce_time{arguments}: {error}") from None
+
+
+ZERO_COSTS = [
+    ("nbytes", ("ring", 4, 0.0, A, B), 2 * 3 * A),
+    ("alpha", ("recursive_doubling", 4, N, 0.0, B), 2 * N * B),
+    ("beta", ("rabenseifner", 4, N, A, 0.0), 2 * 2 * A),
+]
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize(("argument", "arguments", "expected"), ZERO_COSTS, ids=[f"zero-{n}" for n, *_ in ZERO_COSTS])
+def test_allreduce_time_accepts_a_zero_size_or_cost(submission, argument, arguments, expected):
+    """Only negative values are errors: a zero nbytes, alpha or beta is a valid (free) term, and
+    the formula of the docstring, computed here by hand, gives the time."""
+    got = submission.function("allreduce_time")(*arguments)
+    assert got == pytest.approx(expected, rel=1e-12), (
+        f"allreduce_time{arguments} (a zero {argument}) returned {got!r}, expected {expected!r}: only negative "
+        f"values raise ValueError"
+    )
+
+
+@pytest.mark.points(1)
+def test_allreduce_time_of_one_rank_is_zero_whatever_the_size(submission):
+    """"A world of one rank costs 0 seconds", even for an infinite message (the formula would
+    give 0 * inf = nan)."""
+    for algorithm in ("ring", "recursive_doubling", "rabenseifner"):
+        got = submission.function("allreduce_time")(algorithm, 1, float("inf"), A, B)
+        assert got == 0.0, f"allreduce_time({algorithm!r}, 1, inf, {A}, {B}) returned {got!r}: one rank sends nothing"

@@ -308,3 +308,29 @@ def test_paged_decode_attention_does_not_loop_over_sequences(submission, record_
         "of the batch to the longest, read the pool once through them and mask positions past each length, "
         "instead of calling gather (or attention) for each sequence"
     )
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("head_dim", [8, 16])
+def test_paged_decode_attention_scales_by_the_square_root_of_head_dim(submission, head_dim):
+    """The other paged checks use head_dim 4, where 1/sqrt(d) and other scalings such as 2/d agree:
+    here d = 8 and 16, against SDPA (enable_gqa, its default scale 1/sqrt(d)) in float64."""
+    gen = generator("paged-head-dim", head_dim)
+    data = [(torch.randn(n, 2, head_dim, generator=gen), torch.randn(n, 2, head_dim, generator=gen)) for n in (6, 3)]
+    steps = [Step("PagedKVCache", (8, 4, 1, 2, head_dim), save_as="cache", send_back=False)]
+    for seq, (k, v) in enumerate(data):
+        steps += [Step("cache.add_sequence", (seq,)), Step("cache.append", (seq, 0, k, v))]
+    q = torch.randn(2, 4, head_dim, generator=gen)
+    out = submission.script([*steps, Step("paged_decode_attention", (q, Saved("cache"), [0, 1], 0))]).steps[0][-1]
+    expected = torch.stack(
+        [
+            F.scaled_dot_product_attention(
+                q[b].double()[:, None], k.double().transpose(0, 1), v.double().transpose(0, 1), enable_gqa=True
+            )[:, 0]
+            for b, (k, v) in enumerate(data)
+        ]
+    )
+    assert_matches(
+        out.double(), expected, f"paged_decode_attention with head_dim {head_dim} (scores scaled by 1/sqrt(head_dim))",
+        1e-5, 1e-5,
+    )

@@ -157,3 +157,14 @@ def test_expert_parallel_forward_keeps_the_shape_of_x(submission):
         assert_matches(
             got[rank], expected.view_as(x), f"rank {rank}: y for its tokens of shape {tuple(x.shape)}", 1e-9, 1e-10
         )
+
+
+@pytest.mark.points(1)
+def test_topk_route_accepts_k_equal_to_the_number_of_experts(submission):
+    """"Raises ValueError unless 1 <= k <= E": k == E is valid, every expert in order of
+    probability, the weights being the full softmax (reference: mixtral_route)."""
+    logits = torch.randn(9, 4, generator=generator("k-equals-e"))
+    weights, ids = submission.function("topk_route")(logits, 4)
+    expected_weights, expected_ids = mixtral_route(logits, 4)
+    assert_matches(ids, expected_ids, "topk_route(k=4) with 4 experts: expert_ids (k == E is allowed)")
+    assert_matches(weights, expected_weights, "topk_route(k=4) with 4 experts: weights", *tolerance(torch.float32, 4))

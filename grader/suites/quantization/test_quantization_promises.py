@@ -323,3 +323,36 @@ def test_quant_linear_int4_forward_runs_the_kernel_on_a_gpu(submission, record_p
         f"QuantLinear(bits=4).forward on a GPU produced a tensor of {figures['largest']} elements "
         f"({figures['largest_op']}); W has {weight.numel()}: run w4a16_matmul instead of dequantizing W"
     )
+
+
+@pytest.mark.points(1)
+def test_quantize_takes_a_0_dim_tensor_per_tensor_and_refuses_it_per_group(submission):
+    """A 0-dim tensor has one value: "tensor" granularity quantizes it (symmetric int8: s = |x| / 127,
+    q = 127, scale of shape ()); "channel" and "group" have no dimension to work along (ValueError)."""
+    fields = _fields(submission, torch.tensor(3.0))
+    assert tuple(fields["scale"].shape) == () and float(fields["scale"]) == pytest.approx(3.0 / 127, rel=1e-6), (
+        f"quantize(tensor(3.0)): scale {fields['scale']!r}, expected 3/127 of shape ()"
+    )
+    assert int(fields["data"]) == 127, f"quantize(tensor(3.0)): data {fields['data']!r}, expected 127"
+    for options in ({"granularity": "channel"}, {"granularity": "group", "group_size": 1}):
+        steps = [Step("quantize", (torch.tensor(3.0),), options, send_back=False)]
+        _expect("ValueError", lambda steps=steps: submission.script(steps), f"quantize(tensor(3.0), **{options})")
+
+
+@pytest.mark.points(1)
+def test_pack_int4_rejects_floating_point_input(submission):
+    """pack_int4 takes integers (else ValueError): float values in range are refused, not truncated."""
+    q = torch.tensor([1.0, -2.0, 3.0, 0.0])
+    _expect("ValueError", lambda: submission.function("pack_int4")(q), "pack_int4(a float32 tensor [1., -2., 3., 0.])")
+
+
+@pytest.mark.points(1)
+def test_quantize_nf4_accepts_blocks_of_one_element(submission):
+    """block_size = 1 is valid (only < 1 raises): each element is its own block, so absmax = |x| and
+    x / absmax is +-1 (index 15 or 0), or 0 / 0 for a zero, whose block gets index 7."""
+    x = torch.tensor([0.5, -2.0, 3.0, 0.0, -1.0])
+    codes, absmax = submission.function("quantize_nf4")(x, 1)
+    indices = [15, 0, 15, 7, 0]
+    expected = torch.tensor([indices[0] | indices[1] << 4, indices[2] | indices[3] << 4, indices[4]], dtype=torch.uint8)
+    assert_matches(absmax, x.abs(), "quantize_nf4(x, block_size=1): absmax (one block per element)")
+    assert_matches(codes, expected, "quantize_nf4(x, block_size=1): codes (indices 15, 0, 15, 7, 0)")

@@ -5,7 +5,7 @@
 # select: sharded_optimizer_rejects
 # fails: sharded_optimizer_rejects_stage_0
 # kind:
-# message: stage=0: expected ValueError
+# message: stage=0\): expected ValueError
 
 _Checked = ShardedOptimizer
 
