@@ -47,7 +47,9 @@ def test_scores_are_shared_by_weight_within_a_module(solutions_results):
     tests = by_name(solutions_results)
     unit = tests["test_allreduce_time_ring_formula"]["max_score"]
     timed = tests["test_ring_allreduce_time_within_3x_gloo_all_reduce"]["max_score"]
-    assert timed == pytest.approx(4 * unit, abs=1 / 1024)  # shares lie on a 1/1024 grid
+    # Each share is its quota rounded to the 1/1024 grid (either way): 4 units can be 4/1024 off,
+    # and the 4-weight share 1/1024 more.
+    assert timed == pytest.approx(4 * unit, abs=5 / 1024)
 
 
 @pytest.mark.parametrize("graded", ["solutions_results", "stubs_results"])
