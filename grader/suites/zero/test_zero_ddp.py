@@ -126,3 +126,19 @@ def test_ddp_matches_torch_distributed_data_parallel(submission, library):
             assert_matches(
                 got[rank]["state"][name], want, f"rank {rank}'s {name} against torch's DistributedDataParallel", *TOL
             )
+
+
+@pytest.mark.points(1)
+def test_ddp_bucket_filled_exactly_to_the_cap_stays_one_bucket(submission):
+    """"A bucket is closed when adding the next parameter would EXCEED the cap": a cap of exactly
+    the plain MLP's 816 float64 gradients (6528 bytes) holds them all, one all_reduce per step."""
+    cap_mb = 816 * 8 / 2**20  # 6528 bytes, exact in binary
+    got, expected = run_ddp(submission, 2, "plain", "sgd", 0.05, cap_mb=cap_mb)
+    for rank, result in enumerate(got):
+        assert result["calls"] == [1] * STEPS, (
+            f"bucket_cap_mb = 6528 bytes, exactly the 816 float64 gradients of the plain MLP: rank {rank} made "
+            f"{result['calls']} dist.all_reduce calls in its {STEPS} steps, expected one per step (a parameter "
+            f"that brings the bucket to exactly the cap still fits; only exceeding it closes the bucket)"
+        )
+        for name, want in expected.items():
+            assert_matches(result["state"][name], want, f"rank {rank}'s {name} after {STEPS} steps", *TOL)
