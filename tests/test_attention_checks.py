@@ -55,6 +55,26 @@ def test_a_row_of_tiles_is_correct_but_fails_the_memory_check(tmp_path):
         assert test["extra_data"]["largest_elements"] == CASES[case][2], test["extra_data"]
 
 
+MLA_FLOPS = "test_mla_absorbed_forward_never_forms_k_or_v"
+
+
+def test_mla_reference_passes_the_absorbed_flops_check_at_the_latent_rate(solutions_results):
+    test = module_results(solutions_results, "attention")[MLA_FLOPS]
+    assert test["status"] == "passed", test["output"]
+    assert test["extra_data"]["flops_per_seq_squared"] == 4 * 2 * 4, test["extra_data"]  # 4 * heads * latent
+
+
+def test_mla_rebuilding_k_and_v_is_correct_but_fails_the_absorbed_flops_check(tmp_path):
+    submission = build_variant("attention", "mla_absorbed_rebuilds_kv", tmp_path / "submission")
+    select = "mla_absorbed_forward"
+    tests = by_name(grade_json(submission, "attention", "--select", select, out=tmp_path / "r.json"))
+    correct = {name: t for name, t in tests.items() if not name.startswith(MLA_FLOPS)}
+    assert correct and all(t["status"] == "passed" for t in correct.values()), correct
+    assert tests[MLA_FLOPS]["status"] == "failed", tests[MLA_FLOPS]
+    assert tests[MLA_FLOPS]["extra_data"]["flops_per_seq_squared"] == 4 * 2 * 32, tests[MLA_FLOPS]["extra_data"]
+    assert "fold W_uk into the query" in tests[MLA_FLOPS]["output"]
+
+
 def test_sdpa_inside_flash_attention_torch_is_refused(tmp_path):
     submission = build_variant("attention", "sdpa_inside", tmp_path / "submission")
     select = "test_flash_attention_torch_forward_and_lse or test_attention_matches_sdpa"

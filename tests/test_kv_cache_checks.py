@@ -62,3 +62,24 @@ def test_random_programs_catch_a_broken_paged_cache(tmp_path, variant, message):
     test = tests[RANDOM_PROGRAMS]
     assert test["status"] == "failed", variant
     assert message in test["output"] and "after operation" in test["output"], test["output"]
+
+
+PAGED_OPS = "test_paged_decode_attention_does_not_loop_over_sequences"
+
+
+def test_paged_attention_reference_runs_the_same_operators_for_2_and_8_sequences(reference):
+    data = reference[PAGED_OPS]["extra_data"]
+    assert reference[PAGED_OPS]["status"] == "passed", reference[PAGED_OPS]["output"]
+    assert 0 < data["ops_8_sequences"] == data["ops_2_sequences"], data
+
+
+def test_paged_attention_per_sequence_is_correct_but_fails_the_operator_count(tmp_path):
+    submission = build_variant("kv_cache", "paged_attention_per_sequence", tmp_path / "submission")
+    select = "paged_decode_attention"
+    tests = by_name(grade_json(submission, "kv_cache", "--select", select, out=tmp_path / "r.json"))
+    correct = {name: t for name, t in tests.items() if not name.startswith(PAGED_OPS)}
+    assert len(correct) >= 3 and all(t["status"] == "passed" for t in correct.values()), correct
+    assert tests[PAGED_OPS]["status"] == "failed", tests[PAGED_OPS]
+    data = tests[PAGED_OPS]["extra_data"]
+    assert data["ops_8_sequences"] > data["ops_2_sequences"] + 2, data
+    assert "instead of calling gather (or attention) for each sequence" in tests[PAGED_OPS]["output"]

@@ -84,7 +84,8 @@ def train_sharded(
     squared error; optimizer "sgd" (momentum 0.9) or "adamw" (weight decay 0.01).
 
     Returns the final parameters, "state_bytes" (this rank's inner optimizer state after the
-    last step) and "grad_bytes" (bytes of the .grad tensors this rank holds after the last step).
+    last step), "grad_bytes" (bytes of the .grad tensors this rank holds after the last step)
+    and "grads" (each parameter's .grad after the last step, by name; None where it has none).
     """
     model = MLP("plain", inputs.shape[-1]).to(inputs.dtype)
     model.load_state_dict(state)
@@ -101,4 +102,5 @@ def train_sharded(
         "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
         "state_bytes": state_bytes(opt.optimizer),
         "grad_bytes": sum(g.numel() * g.element_size() for g in grads),
+        "grads": {name: None if p.grad is None else p.grad.clone() for name, p in model.named_parameters()},
     }

@@ -92,7 +92,7 @@ def dispatch(
     flat_row = torch.where(kept, ordered * capacity + position, num_experts * capacity)
     buffer = x.new_zeros(num_experts * capacity + 1, x.shape[-1])
     buffer = buffer.index_copy(0, flat_row, x[token])
-    return buffer[:-1].view(num_experts, capacity, -1), slots
+    return buffer[:-1].view(num_experts, capacity, x.shape[-1]), slots  # explicit d: capacity may be 0
     ### END SOLUTION
 
 

@@ -53,3 +53,29 @@ def test_expert_parallel_matches_the_single_process_layer_with_gradients(submiss
         if not name.startswith("w_"):
             total = sum(rank["grads"][name] for rank in got)
             assert_matches(total, expected, f"world={world_size}: {name} gradient summed over ranks", *TOL)
+
+
+@pytest.mark.points(2)
+def test_expert_parallel_with_a_rank_that_receives_no_token(submission):
+    """A router that sends every choice to rank 0's experts: rank 1 receives no row, runs its
+    experts on nothing, sends nothing back, and its experts' gradients are zero; both ranks'
+    outputs and gradients still equal the single-process layer's (world of 2, float64)."""
+    gen = generator("ep-idle-rank")
+    params = make_params(D_MODEL, D_FF, EXPERTS, 0, gen, torch.float64)
+    local = EXPERTS // 2
+    params["router.weight"][:local, 0] = 5.0  # feature 0 is 10 in every token: logits ~ +50 ...
+    params["router.weight"][local:, 0] = -5.0  # ... for rank 0's experts, ~ -50 for rank 1's
+    sizes = [6, 5]
+    xs = [torch.randn(n, D_MODEL, generator=gen, dtype=torch.float64) for n in sizes]
+    for x in xs:
+        x[:, 0] = 10.0
+    gs = [torch.randn(n, D_MODEL, generator=gen, dtype=torch.float64) for n in sizes]
+    got = [rank[-1] for rank in submission.script_spmd(2, [rank_steps(params, 0, x, g) for x, g in zip(xs, gs)]).steps]
+    y, x_grad, grads = reference_grads(params, torch.cat(xs), torch.cat(gs), K, None)
+    for r, (part, part_grad) in enumerate(zip(y.split(sizes), x_grad.split(sizes))):
+        what = "rank 1 receives no token (every choice goes to rank 0's experts)"
+        assert_matches(got[r]["y"], part, f"{what}: rank {r}'s output for its tokens", *TOL)
+        assert_matches(got[r]["x_grad"], part_grad, f"{what}: rank {r}'s gradient of its x", *TOL)
+        for name in ("w_gate", "w_up", "w_down"):
+            expected = grads[name][r * local : (r + 1) * local]
+            assert_matches(got[r]["grads"][name], expected, f"{what}: rank {r}'s experts' {name} gradient", *TOL)

@@ -92,6 +92,64 @@ def test_w4a16_kernel_matches_dequantized_matmul(submission, m, n, k, group_size
     assert_matches(out.double(), expected, f"w4a16_matmul {m}x{n}x{k} vs x @ (q * s).T", tol, tol)
 
 
+@pytest.mark.points(1)
+def test_w4a16_kernel_reads_only_the_k_columns_of_a_strided_x(submission):
+    """x is a view of the first K = 64 columns of a wider tensor whose other columns are NaN: a
+    kernel that loads one column past K (a mask off by one) reads a NaN, and NaN * 0 is NaN.
+    Under the Triton interpreter on CPU; expected: float64 x @ (q * s).T."""
+    gen = generator("w4a16-strided")
+    packed, scale, w = int4_weight(24, 64, 32, gen)
+    wide = torch.full((3, 80), float("nan"))
+    wide[:, :64] = torch.randn(3, 64, generator=gen)
+    x = wide[:, :64]
+    out = submission.function("w4a16_matmul")(x, packed, scale, 32)
+    expected = x.double() @ w.double().T
+    assert_matches(
+        out.double(), expected, "w4a16_matmul on x = wide[:, :64] (NaN in columns 64..79): use x's strides and mask "
+        "the K dimension with k < K", 1e-4, 1e-4,
+    )  # fmt: skip
+
+
+W4A16_BAD_SHAPES = [
+    ((2, 48), 24 * 48 // 2, (24, 1), 32, "K=48 is not a multiple of group_size 32"),
+    ((2, 48), 24 * 48 // 2, (24, 4), 12, "group_size 12 is not a multiple of 16"),
+    ((2, 64), 24 * 64 // 2 - 1, (24, 2), 32, "packed holds N * K / 2 - 1 bytes"),
+]
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize(
+    ("x_shape", "nbytes", "scale_shape", "group_size", "why"),
+    W4A16_BAD_SHAPES,
+    ids=["k-not-a-multiple-of-group", "group-not-a-multiple-of-16", "packed-one-byte-short"],
+)
+def test_w4a16_matmul_rejects_each_documented_bad_shape(submission, x_shape, nbytes, scale_shape, group_size, why):
+    """Docstring: "Raises ValueError when K is not a multiple of group_size, group_size is not a
+    multiple of 16, or packed does not hold N * K / 2 bytes" (each condition alone)."""
+    x, packed = torch.randn(*x_shape), torch.zeros(nbytes, dtype=torch.uint8)
+    try:
+        expect_exception(
+            "ValueError", lambda: submission.function("w4a16_matmul")(x, packed, torch.ones(scale_shape), group_size)
+        )
+    except AssertionError as error:
+        raise AssertionError(f"w4a16_matmul when {why}: {error}") from None
+
+
+@pytest.mark.points(1)
+def test_quant_linear_int4_forward_computes_in_float64_for_float64_input(submission):
+    """ "Computed in x's dtype": bits=4 on a float64 x equals x @ dequantize(W).T + b to float64
+    precision (1e-12), where float32 accumulation (e.g. the W4A16 kernel, meant for a GPU)
+    is 1e-7 off. Expected: float64 matmul with the layer's own dequantized weight."""
+    gen = generator("qlinear-int4-float64")
+    weight, b = torch.randn(24, 64, generator=gen) * 0.1, torch.randn(24, generator=gen)
+    x = torch.randn(3, 64, generator=gen, dtype=torch.float64)
+    _, fields, out = submission.script(layer_steps(weight, b, x, bits=4, group_size=32)).steps[0]
+    w_hat = reference.dequantize(fields).float().double()  # dequantize's float32 weight (exact: q * s rounds once)
+    expected = x @ w_hat.T + b.double()
+    assert out.dtype == torch.float64, f"forward must return x's dtype float64, got {out.dtype}"
+    assert_matches(out, expected, "bits=4, float64 x: forward vs x @ dequantize(W).T + b in float64", 1e-12, 1e-12)
+
+
 W4A16_SHAPE = (16, 8192, 8192)  # decode-like: 16 rows of activations, an 8192 x 8192 weight
 W4A16_RATIO_LIMIT = 1.5
 W4A16_REPEATS = 50

@@ -11,6 +11,7 @@ from grader.sandbox import Saved, Step
 from grader.suites.zero.reference import (
     STEPS,
     WIDTH,
+    greedy_buckets,
     in_float64,
     make_data,
     make_model,
@@ -128,17 +129,26 @@ def test_ddp_matches_torch_distributed_data_parallel(submission, library):
             )
 
 
+PLAIN_BYTES = 816 * 8  # the plain MLP's 816 gradients in float64: 6528 bytes
+EXACT_CAPS = [(PLAIN_BYTES, "exactly-the-gradients"), (PLAIN_BYTES - 8, "one-gradient-short")]
+
+
 @pytest.mark.points(1)
-def test_ddp_bucket_filled_exactly_to_the_cap_stays_one_bucket(submission):
-    """"A bucket is closed when adding the next parameter would EXCEED the cap": a cap of exactly
-    the plain MLP's 816 float64 gradients (6528 bytes) holds them all, one all_reduce per step."""
-    cap_mb = 816 * 8 / 2**20  # 6528 bytes, exact in binary
+@pytest.mark.parametrize(("cap_bytes", "why"), EXACT_CAPS, ids=[why for _, why in EXACT_CAPS])
+def test_ddp_bucket_filled_exactly_to_the_cap_stays_one_bucket(submission, cap_bytes, why):
+    """ "A bucket is closed when adding the next parameter would EXCEED the cap", and the cap is
+    bucket_cap_mb * 2**20 bytes: a cap of exactly the plain MLP's float64 gradients holds them
+    all (one all_reduce per step); one gradient less splits them as the rule says (2**20, not
+    10**6 nor 2**21, bytes per MB)."""
+    cap_mb = cap_bytes / 2**20  # exact in binary
+    buckets = len(greedy_buckets("plain", cap_mb / 2))  # greedy_buckets counts float32 (4-byte) gradients
     got, expected = run_ddp(submission, 2, "plain", "sgd", 0.05, cap_mb=cap_mb)
     for rank, result in enumerate(got):
-        assert result["calls"] == [1] * STEPS, (
-            f"bucket_cap_mb = 6528 bytes, exactly the 816 float64 gradients of the plain MLP: rank {rank} made "
-            f"{result['calls']} dist.all_reduce calls in its {STEPS} steps, expected one per step (a parameter "
-            f"that brings the bucket to exactly the cap still fits; only exceeding it closes the bucket)"
+        assert result["calls"] == [buckets] * STEPS, (
+            f"bucket_cap_mb = {cap_bytes} bytes / 2**20 ({why} of the plain MLP's {PLAIN_BYTES} bytes of float64 "
+            f"gradients): rank {rank} made {result['calls']} dist.all_reduce calls in its {STEPS} steps, expected "
+            f"{buckets} per step: the cap is bucket_cap_mb * 2**20 bytes, and a parameter that brings a bucket "
+            f"to exactly the cap still fits; only exceeding it closes the bucket"
         )
         for name, want in expected.items():
             assert_matches(result["state"][name], want, f"rank {rank}'s {name} after {STEPS} steps", *TOL)

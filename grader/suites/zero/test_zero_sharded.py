@@ -4,9 +4,17 @@ exactly like one process with torch.optim's SGD/AdamW on the whole batch (refere
 from __future__ import annotations
 
 import pytest
+import torch
 
 from grader.sandbox import Step
-from grader.suites.zero.reference import in_float64, make_data, make_state, rank_slice, train_single_process
+from grader.suites.zero.reference import (
+    in_float64,
+    make_data,
+    make_model,
+    make_state,
+    rank_slice,
+    train_single_process,
+)
 from grader.testing import assert_matches, expect_exception
 
 TOL = (1e-5, 1e-6)
@@ -75,3 +83,47 @@ def test_sharded_optimizer_stage_1_matches_torch_zero_redundancy_optimizer(submi
             f"rank {rank} holds {result['state_bytes']} bytes of optimizer state; ZeroRedundancyOptimizer's "
             f"fullest rank holds {most}: shard the state by bytes (partition_by_bytes)"
         )
+
+
+def whole_batch_gradients(state, inputs, targets) -> dict:
+    """The gradient of one step's mean squared error on the whole batch: what averaging the
+    ranks' gradients of equal slices gives."""
+    model = make_model("plain").double()
+    model.load_state_dict(state)
+    torch.nn.functional.mse_loss(model(inputs[0]), targets[0]).backward()
+    return {name: p.grad for name, p in model.named_parameters()}
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("stage", [1, 2], ids=["stage1-every-rank-keeps-the-average", "stage2-only-the-owner-keeps-it"])
+def test_sharded_optimizer_leaves_the_averaged_gradients_its_stage_promises(submission, stage):
+    """After step(): stage 1 all-reduces then divides, so every rank holds every parameter's
+    average gradient; stage 2 reduces to the owner, which holds the average, and every other
+    rank's .grad is None (one step, 2 ranks, float64; expected: one process's whole-batch
+    gradient, torch autograd)."""
+    state, inputs, targets = in_float64(make_state("plain", "grads", stage), *make_data(2, "grads", stage, steps=1))
+    steps = [
+        [Step("train_sharded", (state, "sgd", stage, 0.05, rank_slice(inputs, r), rank_slice(targets, r)))]
+        for r in range(2)
+    ]
+    got = [rank[-1]["grads"] for rank in submission.script_spmd(2, steps).steps]
+    expected = whole_batch_gradients(state, inputs, targets)
+    for name, want in expected.items():
+        holders = [rank for rank in range(2) if got[rank][name] is not None]
+        wanted = [0, 1] if stage == 1 else holders[:1]
+        assert holders == wanted and holders, (
+            f"ZeRO stage {stage}: after step(), ranks {holders} hold a .grad for {name}; "
+            + (
+                "stage 1 all-reduces every gradient, so every rank keeps it"
+                if stage == 1
+                else "stage 2 reduces it to its owner only: exactly one rank keeps it, the others set it to None"
+            )
+        )
+        for rank in holders:
+            assert_matches(
+                got[rank][name],
+                want,
+                f"ZeRO stage {stage}: rank {rank}'s {name}.grad after step() (the average over ranks: the "
+                f"whole batch's gradient; {'all_reduce' if stage == 1 else 'reduce'} then divide by the world size)",
+                *TOL,
+            )
