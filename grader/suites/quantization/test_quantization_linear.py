@@ -137,9 +137,9 @@ def test_w4a16_matmul_rejects_each_documented_bad_shape(submission, x_shape, nby
 
 @pytest.mark.points(1)
 def test_quant_linear_int4_forward_computes_in_float64_for_float64_input(submission):
-    """ "Computed in x's dtype": bits=4 on a float64 x equals x @ dequantize(W).T + b to float64
-    precision (1e-12), where float32 accumulation (e.g. the W4A16 kernel, meant for a GPU)
-    is 1e-7 off. Expected: float64 matmul with the layer's own dequantized weight."""
+    """Docstring: "computed in x's dtype". bits=4 on a float64 x equals x @ dequantize(W).T + b
+    to float64 precision (1e-12), where a float32 computation is about 1e-7 off. Expected:
+    dequantize's float32 weight, then a float64 matmul (torch)."""
     gen = generator("qlinear-int4-float64")
     weight, b = torch.randn(24, 64, generator=gen) * 0.1, torch.randn(24, generator=gen)
     x = torch.randn(3, 64, generator=gen, dtype=torch.float64)
