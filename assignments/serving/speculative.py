@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from grader.models.tiny_gpt import TinyGPT, TinyGPTConfig
+
 
 class BigramModel:
     """Given: a model whose next-token distribution depends only on the last token.
@@ -88,7 +90,8 @@ def sample_sequences(
     """Given (the grader uses it): `runs` calls of speculative_generate sharing one generator
     seeded with `seed`, stacked into a (runs, max_new_tokens) tensor, in one worker call."""
     generator = torch.Generator().manual_seed(seed)
-    return torch.stack([speculative_generate(target, draft, prompt, gamma, max_new_tokens, generator) for _ in range(runs)])
+    runs_out = [speculative_generate(target, draft, prompt, gamma, max_new_tokens, generator) for _ in range(runs)]
+    return torch.stack(runs_out)
 
 
 def count_target_calls(target, draft, prompt: torch.Tensor, gamma: int, max_new_tokens: int, seed: int) -> dict:
@@ -97,3 +100,8 @@ def count_target_calls(target, draft, prompt: torch.Tensor, gamma: int, max_new_
     target.calls, draft.calls = 0, 0
     tokens = speculative_generate(target, draft, prompt, gamma, max_new_tokens, torch.Generator().manual_seed(seed))
     return {"tokens": tokens, "target_calls": target.calls, "draft_calls": draft.calls}
+
+
+def build_tiny_gpt(config: dict, seed: int) -> TinyGPT:
+    """Given: TinyGPT(TinyGPTConfig(**config)) with weights drawn from `seed`, float64, eval mode."""
+    return TinyGPT.from_seed(TinyGPTConfig(**config), seed, torch.float64)

@@ -258,3 +258,15 @@ class _PrefixCache:
 
 
 ### END SOLUTION
+
+
+def trace_steps(scheduler: Scheduler, max_steps: int = 10_000) -> list[list[tuple[object, int]]]:
+    """Given (the grader uses it): call scheduler.step() until it returns [] (idle) and return
+    what every step returned; RuntimeError after max_steps steps (a scheduler that never idles)."""
+    trace = []
+    for _ in range(max_steps):
+        batch = scheduler.step()
+        if not batch:
+            return trace
+        trace.append([tuple(entry) for entry in batch])
+    raise RuntimeError(f"the scheduler was still busy after {max_steps} steps")
