@@ -57,7 +57,7 @@ def test_continuous_batching_gives_each_request_its_own_tokens(submission):
 
 
 def test_long_prompts_are_prefilled_in_chunks(submission):
-    steps = _scheduler(32, 4, 3) + [Step("scheduler.add_request", ("a", PROMPTS["a"], 2))]
+    steps = [*_scheduler(32, 4, 3), Step("scheduler.add_request", ("a", PROMPTS["a"], 2))]
     steps += [Step("scheduler.step") for _ in range(4)] + [Step("scheduler.run_until_done")]
     results = submission.script(steps).steps[0]
     assert [[tuple(e) for e in b] for b in results[3:7]] == [[("a", 3)], [("a", 3)], [("a", 1)], [("a", 1)]]
@@ -65,7 +65,7 @@ def test_long_prompts_are_prefilled_in_chunks(submission):
 
 
 def test_a_duplicate_id_is_refused(submission):
-    steps = _scheduler(32, 4, 16) + [Step("scheduler.add_request", ("a", [1, 2], 2))]
+    steps = [*_scheduler(32, 4, 16), Step("scheduler.add_request", ("a", [1, 2], 2))]
     steps.append(Step("scheduler.add_request", ("a", [3], 1)))
     expect_exception("ValueError", lambda: submission.script(steps))
 

@@ -67,7 +67,7 @@ def run_workload(submission, blocks: int, block_size: int, budget: int, events: 
         else:
             assert reply[0] == "ok", f"add_request({request_id!r}, ...) raised {reply[1]}: {reply[2]} {where}"
             accepted[request_id] = event
-    trace, outputs, counts = next(replies), next(replies), next(replies)
+    _, trace, outputs, counts = next(replies), next(replies), next(replies), next(replies)
     batches = [b for b in explicit_steps if b] + list(trace)
     for batch in batches:
         entries = [tuple(entry) for entry in batch]
