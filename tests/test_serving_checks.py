@@ -45,7 +45,7 @@ def test_reference_passes_every_counted_check_and_the_flop_count_is_not_blind(re
 
 
 def test_static_batching_is_correct_but_needs_more_forward_calls(tmp_path):
-    tests = _grade(tmp_path, "static_batching", "forward_calls or chunks or arrival_order")
+    tests = _grade(tmp_path, "static_batching", "forward_calls or arrival_order")
     test = tests[FORWARD_CALLS]
     assert test["status"] == "failed", test["output"]
     assert "continuous batching takes 17" in test["output"], test["output"]
