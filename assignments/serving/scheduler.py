@@ -21,16 +21,17 @@ from paged import ServingModel
 
 class Scheduler:
     """Continuous batching over `model.new_cache(num_blocks, block_size)`, kept as `self.cache`.
+    The constructor raises ValueError when max_batch_tokens < 1.
 
-    add_request(request_id, prompt, max_new_tokens, temperature=0.0, seed=None)
+    `add_request(request_id, prompt, max_new_tokens, temperature=0.0, seed=None)`
         Queue a request (prompt: a non-empty list of token ids; request_id: any hashable, used
         as its sequence id in the cache). temperature 0: greedy, the argmax of the logits;
         temperature > 0: each token is one torch.multinomial(softmax(logits / temperature), 1,
         generator=g) with g = torch.Generator().manual_seed(seed), one generator per request.
-        Raises ValueError, and changes nothing, for an id added before (even one finished), an
-        empty prompt, max_new_tokens < 1, or a request larger than the whole cache:
-        ceil((len(prompt) + max_new_tokens - 1) / block_size) > num_blocks.
-    step() -> list of (request_id, tokens computed) in batch order, [] when idle
+        A refused request changes nothing. Raises ValueError for an id added before (even one
+        finished), an empty prompt, max_new_tokens < 1, or a request larger than the whole cache
+        (ceil((len(prompt) + max_new_tokens - 1) / block_size) > num_blocks).
+    `step()` -> list of (request_id, tokens computed) in batch order, [] when idle.
         One call of model.forward over the batch of this step (none when idle). A request's
         tokens are its prompt and what it has generated; the ones not yet in the cache are
         computed in order, and when a step computes up to its last token, the logits after it
@@ -41,7 +42,7 @@ class Scheduler:
         and the blocks of their chunk are available (if the oldest waiting one does not fit, no
         newer one is admitted). A request that has generated max_new_tokens tokens finishes:
         its blocks are freed at the end of the step.
-    run_until_done() -> dict request_id -> list of the tokens it generated
+    `run_until_done()` -> dict request_id -> list of the tokens it generated.
         Steps until no request is waiting or running; the result covers every request added.
 
     Preemption: when a running request's chunk needs more blocks than are free (after evicting

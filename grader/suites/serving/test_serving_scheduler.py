@@ -225,3 +225,17 @@ def test_a_budget_below_one_token_is_refused(submission):
         Step("Scheduler", (Saved("model"), 4, 4, 0)),
     ]
     expect_exception("ValueError", lambda: submission.script(steps))
+
+
+@pytest.mark.points(3)
+def test_a_fully_cached_prompt_still_computes_its_last_token(submission):
+    """Block size 4: request 1 repeats request 0's 8-token prompt after it finished. Both blocks
+    are cached, but at most (8 - 1) // 4 = 1 is adopted: the last token's logits are needed, so
+    request 1 computes 4 prompt tokens (and 1 decode token), not 0 and not 8."""
+    prompt = _tokens(8, "fully-cached")
+    seen = run_workload(submission, 8, 4, 16, [("add", 0, prompt, 2), ("step",), ("step",), ("add", 1, prompt, 2)])
+    second = seen["counts"]["tokens_computed"] - (8 + 1)
+    assert second == 4 + 1, (
+        f"the repeated prompt computed {second} tokens (prompt and decode); adopting (8 - 1) // 4 = 1 cached block "
+        f"leaves 4 prompt tokens and 1 decode token: 5"
+    )
