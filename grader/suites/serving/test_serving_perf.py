@@ -44,6 +44,10 @@ def _run(submission, blocks: int, block_size: int, budget: int, events: list[tup
 
 
 def _check_flops(counts: dict, flops: int, record_property) -> None:
+    assert counts["forward_calls"] == len(counts["shapes"]), (
+        f"the model counted {counts['forward_calls']} forward calls but logged {len(counts['shapes'])}: "
+        f"leave the given ServingModel's counters alone"
+    )
     expected = forward_flops(counts["traced_shapes"])
     record_property("flops_measured", flops)
     record_property("flops_of_logged_forwards", expected)

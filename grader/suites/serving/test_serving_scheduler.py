@@ -239,3 +239,17 @@ def test_a_fully_cached_prompt_still_computes_its_last_token(submission):
         f"the repeated prompt computed {second} tokens (prompt and decode); adopting (8 - 1) // 4 = 1 cached block "
         f"leaves 4 prompt tokens and 1 decode token: 5"
     )
+
+
+@pytest.mark.points(3)
+def test_a_block_is_reused_only_after_the_same_prefix(submission):
+    """Block size 4: request 0 is X + Z + [t], request 1 is Z + X + [t] (the same blocks in the
+    other order). Keys and values depend on everything before a position, so request 1 must not
+    adopt request 0's blocks: a key of the block's own tokens alone would match Z, then X."""
+    x, z = _tokens(4, "order-x"), _tokens(4, "order-z")
+    events = [("add", 0, [*x, *z, 7], 3), ("step",), ("step",), ("add", 1, [*z, *x, 7], 3)]
+    seen = run_workload(submission, 16, 4, 16, events)
+    assert seen["counts"]["tokens_computed"] == 2 * (9 + 2), (
+        f"{seen['counts']['tokens_computed']} tokens computed; no block of request 1 follows the same prefix as in "
+        f"request 0, so both compute 9 + 2 tokens: key a block by (key of the block before it, its tokens)"
+    )
