@@ -1,5 +1,6 @@
 """Module serving: every counted check both ways (the reference passes, a wasteful or wrong
-variant fails while its outputs stay right), the FLOP cross-check is not blind, and the
+variant fails while its outputs stay right: the counted checks compare every request's tokens
+with sequential generation before they count), the FLOP cross-check is not blind, and the
 chi-square test of speculative sampling separates the reference from an inverted acceptance test."""
 
 from __future__ import annotations
@@ -45,17 +46,15 @@ def test_reference_passes_every_counted_check_and_the_flop_count_is_not_blind(re
 
 
 def test_static_batching_is_correct_but_needs_more_forward_calls(tmp_path):
-    tests = _grade(tmp_path, "static_batching", "forward_calls or arrival_order")
+    tests = _grade(tmp_path, "static_batching", "forward_calls")
     test = tests[FORWARD_CALLS]
     assert test["status"] == "failed", test["output"]
     assert "continuous batching takes 17" in test["output"], test["output"]
     assert test["extra_data"]["forward_calls"] >= 30, test["extra_data"]  # 43: a batch waits for its longest
-    assert tests["test_equal_requests_finish_in_arrival_order_under_preemption"]["status"] == "passed"
 
 
 def test_no_prefix_reuse_is_correct_but_computes_every_prompt_in_full(tmp_path):
-    tests = _grade(tmp_path, "no_prefix_reuse", "prefix or evicted or random_workloads")
-    assert tests["test_scheduler_outputs_equal_sequential_generation_under_random_workloads"]["status"] == "passed"
+    tests = _grade(tmp_path, "no_prefix_reuse", "shared_prefix_of_later_requests or evicted")
     for name in (PREFIX, LRU):
         assert tests[name]["status"] == "failed", tests[name]["output"]
     assert tests[PREFIX]["extra_data"]["prefill_tokens"] == 114, tests[PREFIX]["extra_data"]
