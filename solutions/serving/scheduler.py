@@ -14,14 +14,14 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from paged import ServingModel
+from paged import PagedKVCache, ServingModel
 
 
 class Scheduler:
     """Continuous batching over `model.new_cache(num_blocks, block_size)`, kept as `self.cache`.
     The constructor raises ValueError when max_batch_tokens < 1.
 
-    `add_request(request_id, prompt, max_new_tokens, temperature=0.0, seed=None)`
+    `add_request(request_id, prompt, max_new_tokens, temperature=0.0, seed=0)`
         Queue a request (prompt: a non-empty list of token ids; request_id: any hashable, used
         as its sequence id in the cache). temperature 0: greedy, the argmax of the logits;
         temperature > 0: each token is one torch.multinomial(softmax(logits / temperature), 1,
@@ -79,7 +79,7 @@ class Scheduler:
         prompt: list[int],
         max_new_tokens: int,
         temperature: float = 0.0,
-        seed: int | None = None,
+        seed: int = 0,
     ) -> None:
         ### BEGIN SOLUTION
         if request_id in self.requests:
@@ -208,7 +208,7 @@ class _Request:
 class _PrefixCache:
     """Full blocks by hash-chain key, each holding one reference; LRU order by a use counter."""
 
-    def __init__(self, cache) -> None:
+    def __init__(self, cache: PagedKVCache) -> None:
         self.cache = cache
         self.block_of: dict[tuple, int] = {}  # key -> block
         self.key_of: dict[int, tuple] = {}  # block -> key

@@ -126,7 +126,8 @@ def chi_square(samples: torch.Tensor, distribution: dict[tuple[int, ...], float]
 
 def scheduler_script(blocks: int, block_size: int, budget: int, events: list[tuple], measure: tuple = ()) -> list[Step]:
     """Build the model and a Scheduler, play `events` (("add", id, prompt, max_new[, temperature,
-    seed]) through call_or_error, or ("step",)), then model.counts(), trace_steps (measured
+    seed]) through call_or_error, ("step",) or ("counts",) for model.counts()), then
+    model.counts(), trace_steps (measured
     with the `measure` probes), run_until_done and model.counts() again."""
     steps = [
         Step("build_model", (CONFIG, MODEL_SEED, "float64"), save_as="model", send_back=False),
@@ -135,6 +136,8 @@ def scheduler_script(blocks: int, block_size: int, budget: int, events: list[tup
     for event in events:
         if event[0] == "add":
             steps.append(Step("call_or_error", (Saved("scheduler"), "add_request", *event[1:])))
+        elif event[0] == "counts":
+            steps.append(Step("model.counts"))
         else:
             steps.append(Step("scheduler.step"))
     steps.append(Step("model.counts"))

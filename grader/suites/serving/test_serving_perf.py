@@ -122,25 +122,30 @@ def test_cached_blocks_are_evicted_least_recently_used_first_and_only_when_neede
     """8 blocks of 4. A, then B (two 8-token prefixes, each + 1 token, 2 new) finish and leave
     their 2 full blocks each cached (4 blocks held by the cache, 4 free); A is used again. A
     request of 23 unique tokens (6 blocks) needs 2 of the cached ones: LRU evicts B's, not A's.
-    Then A + 1 token computes 1 prompt token, B + 1 token computes all 9."""
+    Then A + 1 token computes 1 prompt token (counted alone), and B + 1 token all 9."""
     prefix_a, prefix_b = _tokens(8, "lru-a"), _tokens(8, "lru-b")
     events = [("add", "a1", [*prefix_a, 1], 2), ("step",), ("step",), ("add", "b1", [*prefix_b, 2], 2)]
     events += [("step",), ("step",), ("add", "a2", [*prefix_a, 3], 2), ("step",), ("step",)]
-    events += [("add", "big", _tokens(23, "lru-big"), 2), ("step",), ("step",)]
-    events += [("add", "a3", [*prefix_a, 4], 2), ("add", "b2", [*prefix_b, 5], 2)]
-    before = len([e for e in events if e[0] == "step"])
-    outputs, counts, flops = _run(submission, 8, 4, 64, events)
+    events += [("add", "big", _tokens(23, "lru-big"), 2), ("step",), ("step",), ("counts",)]
+    events += [("add", "a3", [*prefix_a, 4], 2), ("step",), ("step",), ("counts",), ("add", "b2", [*prefix_b, 5], 2)]
+    run = submission.script(scheduler_script(8, 4, 64, events, measure=("flops",)))
+    results = run.steps[0]
+    flops = next(f["flops"] for f in run.measurements[0] if f and "flops" in f)
+    outputs, counts = results[-2], results[-1]
+    before_a3, after_a3 = [r for r in results[2:-4] if isinstance(r, dict)][-2:]
+    counts["traced_shapes"] = counts["shapes"][len(results[-4]["shapes"]) :]
     net = model()
     for event in events:
         if event[0] == "add":
             assert list(outputs[event[1]]) == sequential(net, event[2], 2), f"request {event[1]} generated other tokens"
-    # Everything before a3 and b2 ran in the explicit steps (a1, b1, a2 and big finish there).
-    last = counts["traced_tokens"]
-    record_property("tokens_of_a3_and_b2", last)
-    record_property("steps_before", before)
+    a3 = after_a3["tokens_computed"] - before_a3["tokens_computed"]
+    b2 = counts["tokens_computed"] - after_a3["tokens_computed"]
+    record_property("tokens_of_a3", a3)
+    record_property("tokens_of_b2", b2)
     _check_flops(counts, flops, record_property)
-    assert last <= (1 + 1) + (9 + 1), (
-        f"the last two requests computed {last} tokens; with least-recently-used eviction A's prefix (used "
-        f"last) survives and B's (used earlier) was evicted for the large request: {(1 + 1) + (9 + 1)} tokens. "
-        f"Evict cached blocks only when a block is needed and none is free, least recently used first."
+    assert a3 <= 1 + 1, (
+        f"A + 1 token computed {a3} tokens; with least-recently-used eviction A's prefix (used last) survives the "
+        f"large request, which evicts B's (used earlier): 1 prompt token and 1 decode token. Evict cached blocks "
+        f"only when a block is needed and none is free, least recently used first."
     )
+    assert b2 <= 9 + 1, f"B + 1 token computed {b2} tokens; at most its 9 prompt tokens and 1 decode token"

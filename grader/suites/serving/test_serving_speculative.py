@@ -69,14 +69,17 @@ def test_speculative_sampling_matches_the_target_distribution_over_sequences(
 
 
 @pytest.mark.points(4)
-@pytest.mark.parametrize("draft_seed", [3, 4], ids=["draft-equals-target", "unrelated-draft"])
-def test_greedy_speculative_decoding_equals_greedy_decoding_of_the_target(submission, draft_seed):
-    """TinyGPT target (seed 3) with a draft that always agrees (the same model) or rarely does (seed 4)."""
-    prompt = torch.randint(0, CONFIG["vocab_size"], (5,), generator=generator("spec-greedy", draft_seed))
+@pytest.mark.parametrize(
+    ("draft_seed", "gamma"), [(3, 3), (4, 3), (4, 1)], ids=["draft-equals-target", "unrelated-draft", "gamma-1"]
+)
+def test_greedy_speculative_decoding_equals_greedy_decoding_of_the_target(submission, draft_seed, gamma):
+    """TinyGPT target (seed 3) with a draft that always agrees (the same model) or rarely does
+    (seed 4), gamma 3 and 1 (the smallest allowed)."""
+    prompt = torch.randint(0, CONFIG["vocab_size"], (5,), generator=generator("spec-greedy", draft_seed, gamma))
     steps = [
         Step("build_tiny_gpt", (CONFIG, 3), save_as="target", send_back=False),
         Step("build_tiny_gpt", (CONFIG, draft_seed), save_as="draft", send_back=False),
-        Step("speculative_generate", (Saved("target"), Saved("draft"), prompt, 3, 10)),
+        Step("speculative_generate", (Saved("target"), Saved("draft"), prompt, gamma, 10)),
     ]
     got = submission.script(steps).steps[0][-1]
     expected = sequential(model(3), prompt.tolist(), 10)
