@@ -93,8 +93,7 @@ def run_schedule(
     - Every send is waited on before returning.
 
     Returns, per executed action in order, (action, start, end): time.perf_counter() seconds
-    when it started and ended. Raises ValueError if len(schedule) is not the world size or an
-    action names a chunk this rank does not have.
+    when it started and ended. Raises ValueError if len(schedule) is not the world size.
     """
     raise NotImplementedError("implement run_schedule (lectures/08-pipeline-parallelism.md, section 7)")
 

@@ -87,8 +87,8 @@ def interleaved_schedule(p: int, m: int, v: int) -> list[list[Action]]:
     (microbatch, chunk) order with the chunks reversed (v-1 first). Rank r runs
     min(2(p-r-1) + (v-1)p, m*v) warm-up forwards, then alternates forward and backward, then
     runs the remaining backwards (B unsplit, no W). Communication placed by
-    with_communication. The bubble fraction is (p-1)/(v*m+p-1), about 1/v of 1F1B's; v = 1
-    gives 1F1B. As in Megatron, m must be a multiple of p (a last, partial group can deadlock).
+    with_communication. The bubble fraction is (p-1)/(v*m+p-1), about 1/v of 1F1B's. As in
+    Megatron, m must be a multiple of p (a last, partial group can deadlock).
     Raises ValueError unless p, m and v are integers >= 1 and m is a multiple of p.
     """
     ### BEGIN SOLUTION
