@@ -56,7 +56,7 @@ def test_zero_bubble_is_faster_than_one_f_one_b_at_the_same_peak_memory(submissi
     assert zero_bubble.makespan < one_f_one_b.makespan, f"makespan {zero_bubble.makespan}, 1F1B {one_f_one_b.makespan}"
 
 
-def test_run_schedule_on_two_ranks_matches_one_process(submission):
+def test_run_schedule_on_two_ranks_matches_one_process_and_frees_activations(submission):
     gen = generator("public-pipeline")
     inputs = torch.randn(9, 6, generator=gen, dtype=torch.float64)
     targets = torch.randn(9, 6, generator=gen, dtype=torch.float64)
@@ -68,4 +68,5 @@ def test_run_schedule_on_two_ranks_matches_one_process(submission):
     for i, layer in enumerate(layers):
         for name, param in layer.named_parameters():
             assert_matches(got[f"layers.{i}.{name}"], param.grad, f"gradient of layers.{i}.{name}", 1e-9, 1e-12)
-    assert [r["peak_live"] for r in result.outputs] == [2, 1], "1F1B holds at most p - rank forwards' activations"
+    peaks = [r["peak_live"] for r in result.outputs]
+    assert peaks == [2, 1], f"ranks held {peaks} forwards' saved tensors at once; 1F1B needs p - rank = [2, 1]"
