@@ -157,3 +157,31 @@ BAD = [
 @pytest.mark.parametrize(("function", "args"), BAD, ids=[f"{f}{a}" for f, a in BAD])
 def test_schedules_refuse_bad_sizes_with_value_error(submission, function, args):
     expect_exception("ValueError", lambda: submission.function(function)(*args))
+
+
+ORDERS = [
+    ("gpipe_schedule", "gpipe", (3, 5)),
+    ("one_f_one_b_schedule", "1f1b", (3, 5)),
+    ("one_f_one_b_schedule", "1f1b", (4, 2)),
+    ("interleaved_schedule", "interleaved", (2, 4, 3)),
+    ("zero_bubble_schedule", "zero_bubble", (3, 5)),
+    ("zero_bubble_schedule", "zero_bubble", (4, 3)),
+]
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize(("function", "name", "args"), ORDERS, ids=[f"{f}{a}" for f, _, a in ORDERS])
+def test_schedules_follow_the_order_their_docstring_gives(submission, function, name, args):
+    """Each rank's list, action by action, against the reference schedule of the same rule."""
+    got = submission.function(function)(*args)
+    expected = reference_schedule(name, *args)
+    check_shape(got, args[0], f"{function}{args}")
+    for rank, (mine, theirs) in enumerate(zip(got, expected)):
+        mine = [tuple(a) for a in mine]
+        first = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+        assert mine == theirs, (
+            f"{function}{args}: rank {rank}'s action {first} is "
+            f"{mine[first] if first < len(mine) else 'missing'}, expected "
+            f"{theirs[first] if first < len(theirs) else 'nothing more'} "
+            f"(the actions before it: {mine[max(0, first - 4) : first]})"
+        )
