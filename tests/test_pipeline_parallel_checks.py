@@ -14,6 +14,7 @@ INTERLEAVED = "test_interleaved_schedule_cuts_the_bubble_to_p_minus_1_over_vm_pl
 ZERO_BUBBLE = "test_zero_bubble_schedule_beats_one_f_one_b_at_its_peak_memory_and_meets_the_paper_bound"
 FREES = "test_run_schedule_frees_each_activation_when_its_backward_ran"
 BYTES = "test_run_schedule_sends_each_activation_and_gradient_across_a_boundary_once"
+ORDER = "test_schedules_follow_the_order_their_docstring_gives"
 PUBLIC_INTERLEAVED = "test_interleaved_schedule_halves_the_bubble_with_two_chunks"
 SCHEDULES = "schedule and not real_ranks and not run_schedule"
 
@@ -51,14 +52,14 @@ def test_reference_passes_every_counted_check_with_nonzero_counts(reference):
 
 def test_one_microbatch_at_a_time_is_valid_but_fails_the_bubble_and_w_at_the_end_fails_the_memory(tmp_path):
     tests = grade(tmp_path, "one_microbatch_at_a_time", SCHEDULES)
-    assert_only_failing(tests, GPIPE, ONE_F_ONE_B, INTERLEAVED, ZERO_BUBBLE, PUBLIC_INTERLEAVED)
+    assert_only_failing(tests, GPIPE, ONE_F_ONE_B, INTERLEAVED, ZERO_BUBBLE, PUBLIC_INTERLEAVED, ORDER)
     assert "idles (p-1)/p of the time" in tests[ONE_F_ONE_B]["output"]
     assert "1F1B's peak is" in tests[ZERO_BUBBLE]["output"]
 
 
 def test_one_f_one_b_running_every_forward_first_fails_the_memory_bound(tmp_path):
     tests = grade(tmp_path, "one_f_one_b_runs_every_forward_first", "one_f_one_b_schedule and not real_ranks")
-    assert_only_failing(tests, ONE_F_ONE_B)
+    assert_only_failing(tests, ONE_F_ONE_B, f"{ORDER}[one_f_one_b_schedule")
     assert "rank 0 holds 3 microbatches' activations" in tests[ONE_F_ONE_B]["output"]
 
 
