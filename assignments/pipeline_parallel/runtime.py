@@ -44,26 +44,31 @@ def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[dist.Work]:
     header = [len(tensors)]
     for t in tensors:
         header += [_DTYPES.index(t.dtype), t.dim(), *t.shape]
-    head = torch.tensor(header, dtype=torch.int64)
-    length = torch.tensor([len(header)], dtype=torch.int64)
+    head = torch.tensor(header, dtype=torch.int64, device=_device())
+    length = torch.tensor([len(header)], dtype=torch.int64, device=_device())
     works = [dist.isend(length, dst, tag=tag), dist.isend(head, dst, tag=tag)]
     return works + [dist.isend(t.contiguous(), dst, tag=tag) for t in tensors]
 
 
 def recv_tensors(src: int, tag: int) -> Tensors:
     """Given: receive (blocking) the tensors that send_tensors sent from rank `src` with `tag`."""
-    length = torch.empty(1, dtype=torch.int64)
+    length = torch.empty(1, dtype=torch.int64, device=_device())
     dist.recv(length, src, tag=tag)
-    header = torch.empty(int(length), dtype=torch.int64)
+    header = torch.empty(int(length), dtype=torch.int64, device=_device())
     dist.recv(header, src, tag=tag)
     values, tensors, i = header.tolist(), [], 1
     for _ in range(values[0]):
         dtype, ndim = _DTYPES[values[i]], values[i + 1]
-        tensor = torch.empty(values[i + 2 : i + 2 + ndim], dtype=dtype)
+        tensor = torch.empty(values[i + 2 : i + 2 + ndim], dtype=dtype, device=_device())
         dist.recv(tensor, src, tag=tag)
         tensors.append(tensor)
         i += 2 + ndim
     return tuple(tensors)
+
+
+def _device() -> torch.device:
+    """Given: where messages live: the current GPU under NCCL, else the CPU (gloo)."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
 def run_schedule(
@@ -160,7 +165,7 @@ def train_pipeline(
     rank, p = dist.get_rank(), dist.get_world_size()
     m = 1 + max(a[1] for actions in schedule for a in actions)
     v = 1 + max(a[2] for actions in schedule for a in actions)
-    layers = make_layers(kind, num_layers, inputs.shape[-1], seed, inputs.dtype)
+    layers = [layer.to(inputs.device) for layer in make_layers(kind, num_layers, inputs.shape[-1], seed, inputs.dtype)]
     counter = _LiveCounter()
     owned = {c: stage_layers(num_layers, p * v)[stage_of(rank, c, p)] for c in range(v)}
     chunks = nn.ModuleList(_CountedChunk(Chunk([layers[i] for i in owned[c]]), counter) for c in range(v))
