@@ -12,7 +12,6 @@ memory figure counts: drop it as soon as the backward has used it.
 
 from __future__ import annotations
 
-import gc
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -156,7 +155,7 @@ def train_pipeline(
     cut into m microbatches (m = the schedule's, sizes differing by at most one) and the loss
     is pipeline_loss. Returns {"grads": {"layers.i.name": gradient} for this rank's layers,
     "peak_live": the most forwards whose saved tensors were alive at once, "live_after": those
-    still reachable after run_schedule returned, "timeline": run_schedule's result}.
+    still alive after run_schedule returned, "timeline": run_schedule's result}.
     """
     if schedule_from != "run_schedule":
         import schedules
@@ -176,7 +175,6 @@ def train_pipeline(
         return pipeline_loss(output, pieces[mb][1], batch)
 
     timeline = run_schedule(chunks if v > 1 else chunks[0], schedule, [x for x, _ in pieces], loss_fn)
-    gc.collect()  # a graph kept past its backward can sit in a reference cycle: count only what is reachable
     grads = {
         f"layers.{i}.{name}": param.grad
         for c in range(v)
