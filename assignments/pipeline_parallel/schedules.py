@@ -1,0 +1,98 @@
+# Your working copy: replace every `raise NotImplementedError` with your implementation.
+# (Generated from the course's reference by `python -m grader sync`.)
+"""Pipeline schedules as data (lecture 08, sections 3 to 6).
+
+A schedule is one list of actions per rank; an action is a tuple (kind, microbatch, chunk), see
+grader/models/pipeline.py (read it: it also holds the simulator that replays a schedule). Every
+schedule here places its communication the same way, next to the computation it serves:
+
+    RECV_F(mb, c)  right before F(mb, c)   (not on the first stage)
+    SEND_F(mb, c)  right after  F(mb, c)   (not on the last stage)
+    RECV_B(mb, c)  right before B(mb, c)   (not on the last stage)
+    SEND_B(mb, c)  right after  B(mb, c)   (not on the first stage)
+
+A SEND never blocks, so a schedule deadlocks only if its ranks order their computations
+inconsistently, which the simulator reports.
+"""
+
+from __future__ import annotations
+
+from grader.models.pipeline import Action, stage_of
+
+
+def _check(p: int, m: int, v: int = 1) -> None:
+    for name, value in (("p", p), ("m", m), ("v", v)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, not {value!r}")
+
+
+def with_communication(order: list[tuple[str, int, int]], rank: int, p: int, v: int = 1) -> list[Action]:
+    """Given: `order` (this rank's F, B and W actions) with each SEND and RECV placed next to the
+    computation it serves (see the module's docstring)."""
+    last = p * v - 1
+    actions: list[Action] = []
+    for kind, mb, chunk in order:
+        stage = stage_of(rank, chunk, p)
+        if kind == "F" and stage > 0:
+            actions.append(("RECV_F", mb, chunk))
+        if kind == "B" and stage < last:
+            actions.append(("RECV_B", mb, chunk))
+        actions.append((kind, mb, chunk))
+        if kind == "F" and stage < last:
+            actions.append(("SEND_F", mb, chunk))
+        if kind == "B" and stage > 0:
+            actions.append(("SEND_B", mb, chunk))
+    return actions
+
+
+def gpipe_schedule(p: int, m: int) -> list[list[Action]]:
+    """GPipe (Huang et al. 2019): every rank runs the forwards of microbatches 0..m-1, then their
+    backwards in the same order (B unsplit, no W), with communication placed by
+    with_communication. Each rank holds the activations of all m microbatches at its peak;
+    the bubble fraction is (p-1)/(m+p-1) when B costs 2F.
+    Raises ValueError unless p and m are integers >= 1.
+    """
+    raise NotImplementedError("implement gpipe_schedule (lectures/08-pipeline-parallelism.md, section 3)")
+
+
+def one_f_one_b_schedule(p: int, m: int) -> list[list[Action]]:
+    """1F1B, as in PipeDream-Flush (Narayanan et al. 2021): rank r first runs min(p-r-1, m)
+    warm-up forwards, then alternates one forward and one backward (the oldest microbatch
+    first) until every forward ran, then runs the remaining backwards (B unsplit, no W).
+    Communication placed by with_communication. Rank r holds at most min(p-r, m) microbatches'
+    activations; the bubble fraction is GPipe's, (p-1)/(m+p-1).
+    Raises ValueError unless p and m are integers >= 1.
+    """
+    raise NotImplementedError("implement one_f_one_b_schedule (lectures/08-pipeline-parallelism.md, section 4)")
+
+
+def interleaved_schedule(p: int, m: int, v: int) -> list[list[Action]]:
+    """Megatron's interleaved 1F1B (Narayanan et al. 2021): rank r holds v chunks, chunk c
+    being stage c*p + r. Microbatches go in groups of p (the last group holds the rest): the
+    k-th forward of a rank runs, within its group, every microbatch of the group through chunk
+    0, then all of them through chunk 1, and so on; the k-th backward takes the same
+    (microbatch, chunk) order with the chunks reversed (v-1 first). Rank r runs
+    min(2(p-r-1) + (v-1)p, m*v) warm-up forwards, then alternates forward and backward, then
+    runs the remaining backwards (B unsplit, no W). Communication placed by
+    with_communication. The bubble fraction is (p-1)/(v*m+p-1), about 1/v of 1F1B's. As in
+    Megatron, m must be a multiple of p (a last, partial group can deadlock).
+    Raises ValueError unless p, m and v are integers >= 1 and m is a multiple of p.
+    """
+    raise NotImplementedError("implement interleaved_schedule (lectures/08-pipeline-parallelism.md, section 5)")
+
+
+# (Write any helper functions you need here.)
+
+
+def zero_bubble_schedule(p: int, m: int) -> list[list[Action]]:
+    """ZB-H1 (Qi et al. 2023): backward split into B (input gradient, on the critical path) and
+    W (weight gradient, which can wait). Each rank runs 1F1B's order of F and B; each W is put
+    off to fill what would be idle time, but a rank never holds more than min(p, m)
+    microbatches' activations (1F1B's peak): before a forward that would exceed it, the rank
+    first runs the oldest pending W. Once every forward ran, each B is followed by one pending
+    W; the W still pending then run at the end. Communication placed by with_communication.
+    With F = B = W and m >= p its makespan is at most m(F+B+W) + (p-1)(F+B-W), below 1F1B's
+    m(F+B+W) + (p-1)(F+B+W).
+    Raises ValueError unless p and m are integers >= 1.
+    """
+    raise NotImplementedError("implement zero_bubble_schedule (lectures/08-pipeline-parallelism.md, section 6)")

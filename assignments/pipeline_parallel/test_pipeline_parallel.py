@@ -1,0 +1,72 @@
+"""Public tests for the pipeline_parallel module: run them while you work with
+
+    pytest assignments/pipeline_parallel          (add -s to see what your code prints)
+
+Your functions run in worker processes, never inside pytest. Schedules come back as lists and
+are replayed here by the course's simulator (grader.models.pipeline.simulate: read it), which
+counts the makespan, the bubble and the activations each rank holds. run_schedule runs on a
+world of 2 gloo processes through the given helper train_pipeline. The hidden suite checks many
+more sizes, partition against every possible cut, the zero-bubble bound of Qi et al. 2023,
+run_schedule on 2 and 4 ranks for every schedule (two-tensor stages, float32, m that p does not
+divide), the activations it keeps alive, and the bytes each rank sends. `make grade` gives the
+score.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import torch
+
+from grader.models.pipeline import Chunk, make_layers, pipeline_loss, simulate
+from grader.testing import assert_matches, expect_exception, generator
+
+
+def test_partition_isolates_the_heavy_layer(submission):
+    stages = submission.function("partition")([1, 1, 1, 1, 1, 1, 1, 10], 2)
+    assert stages == [(0, 7), (7, 8)], f"expected [(0, 7), (7, 8)] (largest stage 10), got {stages}"
+
+
+def test_partition_refuses_more_stages_than_layers(submission):
+    expect_exception("ValueError", lambda: submission.function("partition")([1, 2], 3))
+
+
+def test_gpipe_and_one_f_one_b_bubble_is_p_minus_1_over_m_plus_p_minus_1(submission):
+    for name in ("gpipe_schedule", "one_f_one_b_schedule"):
+        result = simulate(submission.function(name)(4, 8))  # F = 1, unsplit B = 2
+        assert result.bubble_fraction == Fraction(3, 11), (
+            f"{name}(4, 8): bubble {result.bubble_fraction}, expected 3/11"
+        )
+
+
+def test_one_f_one_b_holds_p_minus_rank_activations(submission):
+    result = simulate(submission.function("one_f_one_b_schedule")(4, 8))
+    assert result.peak_activations == [4, 3, 2, 1], f"peak activations per rank {result.peak_activations}"
+
+
+def test_interleaved_schedule_halves_the_bubble_with_two_chunks(submission):
+    result = simulate(submission.function("interleaved_schedule")(4, 8, 2))
+    assert result.bubble_fraction == Fraction(3, 19), f"bubble {result.bubble_fraction}, expected (p-1)/(vm+p-1) = 3/19"
+
+
+def test_zero_bubble_is_faster_than_one_f_one_b_at_the_same_peak_memory(submission):
+    zero_bubble = simulate(submission.function("zero_bubble_schedule")(4, 8))
+    one_f_one_b = simulate(submission.function("one_f_one_b_schedule")(4, 8))
+    assert max(zero_bubble.peak_activations) <= max(one_f_one_b.peak_activations)
+    assert zero_bubble.makespan < one_f_one_b.makespan, f"makespan {zero_bubble.makespan}, 1F1B {one_f_one_b.makespan}"
+
+
+def test_run_schedule_on_two_ranks_matches_one_process_and_frees_activations(submission):
+    gen = generator("public-pipeline")
+    inputs = torch.randn(9, 6, generator=gen, dtype=torch.float64)
+    targets = torch.randn(9, 6, generator=gen, dtype=torch.float64)
+    args = ("one_f_one_b_schedule", (2, 3), "dense", 4, 0, inputs, targets)
+    result = submission.function("train_pipeline").spmd(2, [args, args])
+    layers = make_layers("dense", 4, 6, 0, torch.float64)
+    pipeline_loss(Chunk(layers)(inputs), targets, 9).backward()
+    got = {**result.outputs[0]["grads"], **result.outputs[1]["grads"]}
+    for i, layer in enumerate(layers):
+        for name, param in layer.named_parameters():
+            assert_matches(got[f"layers.{i}.{name}"], param.grad, f"gradient of layers.{i}.{name}", 1e-9, 1e-12)
+    peaks = [r["peak_live"] for r in result.outputs]
+    assert peaks == [2, 1], f"ranks held {peaks} forwards' saved tensors at once; 1F1B needs p - rank = [2, 1]"

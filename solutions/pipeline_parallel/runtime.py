@@ -1,0 +1,260 @@
+"""Running a schedule on real ranks (lecture 08, section 7).
+
+Each rank holds its stage (or its v chunks) and executes its list of actions in order:
+activations travel forward and gradients backward in point-to-point messages, and every rank's
+weight gradients accumulate over the microbatches, so that after the schedule they equal those
+of one process running the whole model on the whole batch (for a loss that sums over the
+microbatches). What a rank keeps between an F and its backward is exactly what the schedule's
+memory figure counts: drop it as soon as the backward has used it.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from grader.models.pipeline import Action, Chunk, make_layers, pipeline_loss, stage_layers, stage_of
+
+Tensors = tuple[torch.Tensor, ...]
+
+_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32]
+
+
+def message_tag(kind: str, microbatch: int, boundary: int) -> int:
+    """Given: the tag of the message carrying, for `microbatch`, the activation (kind "F") or
+    the gradient (kind "B") across the boundary between stage `boundary` and stage boundary + 1.
+    Two ranks may exchange several messages at once (activations one way, gradients the other,
+    several chunks): the tag keeps each receive matched to its own send."""
+    return (microbatch * 4096 + boundary) * 2 + (kind == "B")
+
+
+def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[dist.Work]:
+    """Given: post non-blocking sends (dist.isend) of `tensors` to rank `dst`: a header (how
+    many tensors, each one's dtype and shape), then each tensor. Returns the requests: the
+    tensors must stay alive and unchanged until each request's wait() returned (wait on all of
+    them before run_schedule returns)."""
+    header = [len(tensors)]
+    for t in tensors:
+        header += [_DTYPES.index(t.dtype), t.dim(), *t.shape]
+    head = torch.tensor(header, dtype=torch.int64, device=_device())
+    length = torch.tensor([len(header)], dtype=torch.int64, device=_device())
+    works = [dist.isend(length, dst, tag=tag), dist.isend(head, dst, tag=tag)]
+    return works + [dist.isend(t.contiguous(), dst, tag=tag) for t in tensors]
+
+
+def recv_tensors(src: int, tag: int) -> Tensors:
+    """Given: receive (blocking) the tensors that send_tensors sent from rank `src` with `tag`."""
+    length = torch.empty(1, dtype=torch.int64, device=_device())
+    dist.recv(length, src, tag=tag)
+    header = torch.empty(int(length), dtype=torch.int64, device=_device())
+    dist.recv(header, src, tag=tag)
+    values, tensors, i = header.tolist(), [], 1
+    for _ in range(values[0]):
+        dtype, ndim = _DTYPES[values[i]], values[i + 1]
+        tensor = torch.empty(values[i + 2 : i + 2 + ndim], dtype=dtype, device=_device())
+        dist.recv(tensor, src, tag=tag)
+        tensors.append(tensor)
+        i += 2 + ndim
+    return tuple(tensors)
+
+
+def _device() -> torch.device:
+    """Given: where messages live: the current GPU under NCCL, else the CPU (gloo)."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def run_schedule(
+    stage: nn.Module,
+    schedule: Sequence[Sequence[Action]],
+    microbatches: Sequence[torch.Tensor],
+    loss_fn: Callable[[torch.Tensor | Tensors, int], torch.Tensor],
+) -> list[tuple[Action, float, float]]:
+    """Execute this rank's list of actions, schedule[rank], in order, on the default process
+    group of p = len(schedule) ranks.
+
+    - stage: this rank's chunks, an nn.ModuleList of v modules (chunk c is stage c*p + rank),
+      or, when v = 1, the stage's module itself. A chunk's forward takes the tensors the
+      previous stage's forward returned (a tuple is passed as separate arguments) and returns
+      a tensor or a tuple of tensors.
+    - microbatches: the inputs of stage 0, one tensor per microbatch (used by rank 0 only).
+    - loss_fn(output, mb): the loss of microbatch mb from the last stage's output; the last
+      stage computes it inside its F, and its B backpropagates from it.
+    - Communication: SEND_F / SEND_B post send_tensors(...) (never blocking); RECV_F / RECV_B
+      call recv_tensors(...), with message_tag's tag. Each activation and each gradient
+      crosses a stage boundary exactly once per microbatch.
+    - B computes the input gradient (sent by SEND_B) and, unless the rank's schedule holds
+      W(mb, c), the weight gradient too; W then computes the weight gradient. Weight gradients
+      accumulate in the parameters' .grad over the microbatches: after the schedule they equal
+      those of the whole model on the whole batch for the summed loss.
+    - Memory: what F keeps for backward (its graph, its input and output) is freed as soon as
+      the backward that needs it ran (B, or W when backward is split).
+    - Every send is waited on before returning.
+
+    Returns, per executed action in order, (action, start, end): time.perf_counter() seconds
+    when it started and ended. Raises ValueError if len(schedule) is not the world size.
+    """
+    ### BEGIN SOLUTION
+    rank, p = dist.get_rank(), dist.get_world_size()
+    if len(schedule) != p:
+        raise ValueError(f"the schedule has {len(schedule)} ranks' lists; the world has {p} ranks")
+    chunks = list(stage) if isinstance(stage, nn.ModuleList) else [stage]
+    actions = [tuple(a) for a in schedule[rank]]
+    runner = _StageRunner(chunks, rank, p, microbatches, loss_fn, {(mb, c) for k, mb, c in actions if k == "W"})
+    timeline = []
+    for action in actions:
+        start = time.perf_counter()
+        runner.run(*action)
+        timeline.append((action, start, time.perf_counter()))
+    runner.finish()
+    return timeline
+    ### END SOLUTION
+
+
+### BEGIN SOLUTION
+class _StageRunner:
+    """The state of one rank between actions: what each (microbatch, chunk) still needs."""
+
+    def __init__(self, chunks, rank, p, microbatches, loss_fn, split) -> None:
+        self.chunks, self.rank, self.p = chunks, rank, p
+        self.microbatches, self.loss_fn, self.split = microbatches, loss_fn, split
+        self.last = p * len(chunks) - 1
+        self.inputs: dict[tuple[int, int], Tensors] = {}  # received activations (leaves)
+        self.outputs: dict[tuple[int, int], Tensors] = {}  # F's outputs (the loss on the last stage)
+        self.grad_outputs: dict[tuple[int, int], Tensors | None] = {}
+        self.grad_inputs: dict[tuple[int, int], Tensors] = {}
+        self.sends: list[tuple[list[dist.Work], Tensors]] = []
+
+    def neighbour(self, stage: int) -> int:
+        return stage % self.p
+
+    def run(self, kind: str, mb: int, chunk: int) -> None:
+        key, stage = (mb, chunk), stage_of(self.rank, chunk, self.p)
+        if kind == "RECV_F":
+            received = recv_tensors(self.neighbour(stage - 1), message_tag("F", mb, stage - 1))
+            self.inputs[key] = tuple(t.requires_grad_() for t in received)
+        elif kind == "F":
+            args = self.inputs.get(key, ()) if stage > 0 else (self.microbatches[mb],)
+            out = self.chunks[chunk](*args)
+            self.outputs[key] = (self.loss_fn(out, mb),) if stage == self.last else _as_tuple(out)
+        elif kind == "SEND_F":
+            sent = tuple(t.detach() for t in self.outputs[key])
+            self.sends.append((send_tensors(sent, self.neighbour(stage + 1), message_tag("F", mb, stage)), sent))
+        elif kind == "RECV_B":
+            self.grad_outputs[key] = recv_tensors(self.neighbour(stage + 1), message_tag("B", mb, stage))
+        elif kind == "B":
+            self.backward(key, stage)
+        elif kind == "SEND_B":
+            grads = self.grad_inputs.pop(key)
+            self.sends.append((send_tensors(grads, self.neighbour(stage - 1), message_tag("B", mb, stage - 1)), grads))
+        elif kind == "W":
+            params = [q for q in self.chunks[chunk].parameters() if q.requires_grad]
+            torch.autograd.backward(self.outputs.pop(key), self.grad_outputs.pop(key, None), inputs=params)
+
+    def backward(self, key: tuple[int, int], stage: int) -> None:
+        outputs, inputs = self.outputs[key], self.inputs.pop(key, ())
+        grads = self.grad_outputs.get(key)
+        if key in self.split:  # B: the input gradient only; W comes later and frees the graph
+            if inputs:
+                self.grad_inputs[key] = torch.autograd.grad(outputs, inputs, grads, retain_graph=True)
+            return
+        torch.autograd.backward(outputs, grads)  # input and weight gradients; frees the graph
+        del self.outputs[key]
+        self.grad_outputs.pop(key, None)
+        if stage > 0:
+            self.grad_inputs[key] = tuple(x.grad for x in inputs)
+
+    def finish(self) -> None:
+        for works, _ in self.sends:
+            for work in works:
+                work.wait()
+        self.sends.clear()
+
+
+def _as_tuple(out: torch.Tensor | Tensors) -> Tensors:
+    return out if isinstance(out, tuple) else (out,)
+
+
+### END SOLUTION
+
+
+class _CountedChunk(nn.Module):
+    """Given: a chunk whose forward counts as one held activation until autograd lets go of
+    everything it saved for backward (torch.autograd.graph.saved_tensors_hooks)."""
+
+    def __init__(self, chunk: nn.Module, counter: _LiveCounter) -> None:
+        super().__init__()
+        self.chunk, self.counter = chunk, counter
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor | Tensors:
+        token = self.counter.hold()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: (token, t), lambda packed: packed[1]):
+            return self.chunk(*inputs)
+
+
+class _LiveCounter:
+    """Given: forwards whose saved tensors are still alive, and the most at once."""
+
+    def __init__(self) -> None:
+        self.live = self.peak = 0
+
+    def hold(self) -> object:
+        token = type("Held", (), {})()
+        self.live += 1
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(token, self.release)
+        return token
+
+    def release(self) -> None:
+        self.live -= 1
+
+
+def train_pipeline(
+    schedule_from: str,
+    schedule: Sequence,
+    kind: str,
+    num_layers: int,
+    seed: int,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+) -> dict[str, object]:
+    """Given (the grader calls it on every rank): one training step of the course's model
+    (grader.models.pipeline.make_layers(kind, num_layers, width, seed), width and dtype those
+    of `inputs`) cut into p*v stages of consecutive layers, run by run_schedule.
+
+    schedule_from "run_schedule": `schedule` is the schedule to run; otherwise the name of a
+    function of schedules.py and `schedule` its arguments (its schedule is run). The batch is
+    cut into m microbatches (m = the schedule's, sizes differing by at most one) and the loss
+    is pipeline_loss. Returns {"grads": {"layers.i.name": gradient} for this rank's layers,
+    "peak_live": the most forwards whose saved tensors were alive at once, "live_after": those
+    still alive after run_schedule returned, "timeline": run_schedule's result}.
+    """
+    if schedule_from != "run_schedule":
+        import schedules
+
+        schedule = getattr(schedules, schedule_from)(*schedule)
+    rank, p = dist.get_rank(), dist.get_world_size()
+    m = 1 + max(a[1] for actions in schedule for a in actions)
+    v = 1 + max(a[2] for actions in schedule for a in actions)
+    layers = [layer.to(inputs.device) for layer in make_layers(kind, num_layers, inputs.shape[-1], seed, inputs.dtype)]
+    counter = _LiveCounter()
+    owned = {c: stage_layers(num_layers, p * v)[stage_of(rank, c, p)] for c in range(v)}
+    chunks = nn.ModuleList(_CountedChunk(Chunk([layers[i] for i in owned[c]]), counter) for c in range(v))
+    pieces = list(zip(inputs.tensor_split(m), targets.tensor_split(m)))
+    batch = inputs.shape[0]
+
+    def loss_fn(output: torch.Tensor | Tensors, mb: int) -> torch.Tensor:
+        return pipeline_loss(output, pieces[mb][1], batch)
+
+    timeline = run_schedule(chunks if v > 1 else chunks[0], schedule, [x for x, _ in pieces], loss_fn)
+    grads = {
+        f"layers.{i}.{name}": param.grad
+        for c in range(v)
+        for i in owned[c]
+        for name, param in layers[i].named_parameters()
+    }
+    return {"grads": grads, "peak_live": counter.peak, "live_after": counter.live, "timeline": timeline}
