@@ -44,8 +44,13 @@ def activation_bytes_per_layer(
     nothing. Raises ValueError unless every size is a positive integer.
     """
     ### BEGIN SOLUTION
-    for name, value in (("seq_len", seq_len), ("micro_batch", micro_batch), ("d_model", d_model),
-                        ("num_heads", num_heads), ("tp", tp)):
+    for name, value in (
+        ("seq_len", seq_len),
+        ("micro_batch", micro_batch),
+        ("d_model", d_model),
+        ("num_heads", num_heads),
+        ("tp", tp),
+    ):
         _check_positive_int(name, value)
     s, b, h, a, t = seq_len, micro_batch, d_model, num_heads, tp
     scores = 0.0 if selective_recompute else 5 * a * s / h  # softmax input, output, dropout mask
