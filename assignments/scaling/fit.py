@@ -42,7 +42,7 @@ def grid_starts() -> torch.Tensor:
     return torch.tensor(list(itertools.product(*GRID.values())), dtype=torch.float64)
 
 
-def fit_scaling_law(N: torch.Tensor, D: torch.Tensor, loss: torch.Tensor, starts: int = 8) -> dict[str, float]:
+def fit_scaling_law(N: torch.Tensor, D: torch.Tensor, loss: torch.Tensor, starts: int = 4) -> dict[str, float]:
     """Fit L(N, D) = E + A / N^alpha + B / D^beta to the points (N[i], D[i], loss[i]) by
     Chinchilla's approach 3 and return {"E", "A", "B", "alpha", "beta"}.
 
