@@ -34,7 +34,8 @@ def _seq_lens(*salt: object) -> list[int]:
     return [*even, 2 * int(torch.randint(0, 20, (1,), generator=gen)) + 1]
 
 
-def _check_against_counter(flops, cfg, what, seq_len, training, model="tiny_gpt", recompute=False):
+def _check_against_counter(flops, cfg, what, seq_len, training, model="tiny_gpt", recompute=False) -> int:
+    """Assert transformer_flops equals FlopCounterMode's count; return the count."""
     expected = counted_flops_per_token(cfg, seq_len, training, recompute, model)
     got = flops(cfg, seq_len, training, recompute) if recompute else flops(cfg, seq_len, training)
     mode = "forward + backward with recomputation" if recompute else ("forward + backward" if training else "forward")
@@ -43,17 +44,21 @@ def _check_against_counter(flops, cfg, what, seq_len, training, model="tiny_gpt"
         f"counts {expected:,} ({got / expected:.4f}x). Count every matmul: 2 FLOPs per multiply-add; K and V "
         f"use num_kv_heads; scores and values cost 2 * 2 * num_heads * head_dim per key; a gated MLP has 3 matrices"
     )
+    return expected
 
 
 @pytest.mark.points(8)
 @pytest.mark.parametrize(("cfg", "what"), TINY_GPT_CONFIGS, ids=["gqa", "mha", "mqa", "gated"])
-def test_transformer_flops_equal_the_flop_counter_on_tiny_gpt(submission, cfg, what):
+def test_transformer_flops_equal_the_flop_counter_on_tiny_gpt(submission, cfg, what, record_property):
     """Forward and forward + backward of TinyGPT in the config's shape, 3 sequence lengths per
     run (one odd): FLOPs per token equal FlopCounterMode's count exactly."""
     flops = submission.function("transformer_flops")
+    counted = {}
     for seq_len in _seq_lens(what):
         for training in (False, True):
-            _check_against_counter(flops, cfg, what, seq_len, training)
+            mode = "training" if training else "forward"
+            counted[f"{mode} s={seq_len}"] = _check_against_counter(flops, cfg, what, seq_len, training)
+    record_property("flop_counter_per_token", counted)
 
 
 @pytest.mark.points(4)
