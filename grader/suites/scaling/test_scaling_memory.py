@@ -112,13 +112,16 @@ BAD_CONFIGS = [
     (TransformerConfig(2, 64, 0, 1, 256, 97), "num_heads"),
     (TransformerConfig(2, 64, 4, 0, 256, 97), "num_kv_heads"),
     (TransformerConfig(2, 64, 4, 2, 256, 97, head_dim=-8), "head_dim"),
+    (TransformerConfig(2, 64, 4, 2, 256.0, 97), "d_ff"),  # a float is not a size
+    (TransformerConfig(2.5, 64, 4, 2, 256, 97), "num_layers"),
 ]
 
 
 @pytest.mark.points(5)
 def test_invalid_configs_raise_value_error_naming_the_field(submission):
-    """Each bad field alone, through check_config, parameter_count, transformer_flops and
-    training_memory; head_dim set makes 3 heads on d_model 64 valid."""
+    """Each bad field alone (zero, negative, not an integer, not dividing), through check_config,
+    parameter_count, transformer_flops and training_memory; head_dim set makes 3 heads on
+    d_model 64 valid."""
     for name in ("check_config", "parameter_count", "transformer_flops", "training_memory"):
         function = submission.function(name)
         extra = {"transformer_flops": (16,), "training_memory": (1, 16)}.get(name, ())
@@ -130,7 +133,8 @@ def test_invalid_configs_raise_value_error_naming_the_field(submission):
 
 @pytest.mark.points(4)
 def test_bad_run_arguments_raise_value_error_naming_them(submission):
-    """seq_len < 1, recompute without training; tokens/s, GPUs and peak not positive; sizes
+    """seq_len < 1, recompute without training; tokens/s, GPUs and peak not positive, and a bad
+    config or seq_len through model_flops_utilization; sizes
     below 1, pp not dividing num_layers, tp not dividing num_heads, an unknown ZeRO stage,
     recompute mode or dtype; mfu outside (0, 1]."""
     flops, mfu = submission.function("transformer_flops"), submission.function("model_flops_utilization")
@@ -140,6 +144,8 @@ def test_bad_run_arguments_raise_value_error_naming_them(submission):
         (lambda: flops(CFG, 0), "seq_len"),
         (lambda: flops(CFG, 16, False, True), "recompute"),
         (lambda: mfu(CFG, 16, 0.0, 8, 1e15), "tokens_per_second"),
+        (lambda: mfu(BAD_CONFIGS[0][0], 16, 1e5, 8, 1e15), "num_heads"),
+        (lambda: mfu(CFG, 0, 1e5, 8, 1e15), "seq_len"),
         (lambda: mfu(CFG, 16, 1e5, 0, 1e15), "n_gpus"),
         (lambda: mfu(CFG, 16, 1e5, 8, -1.0), "peak_flops"),
         (lambda: submission.function("hardware_flops_utilization")(CFG, 16, 1e5, -8, 1e15), "n_gpus"),
