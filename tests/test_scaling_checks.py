@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import build_variant, by_name, grade_json, module_results
 
 from grader.models.transformer_config import TransformerConfig
@@ -78,6 +79,25 @@ def _load(module: str, file: str):
         return loaded
     finally:
         sys.path.remove(folder)
+
+
+def test_the_suites_copy_of_module_zeros_transformer_counts_the_same_flops():
+    """The hidden suite counts FLOPs on a copy of zero's given Transformer (so that it needs no
+    other module's files): FlopCounterMode counts the same on the copy and on the course's own."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from grader.suites.scaling.reference import ZeroTransformer
+
+    zero = _load("zero", "ddp.py")
+    x = torch.randn(2, 9, 24)
+    counts = []
+    for model in (zero.Transformer(24), ZeroTransformer(24)):
+        counter = FlopCounterMode(display=False)
+        with counter:
+            model(x).sum().backward()
+        counts.append(counter.get_total_flops())
+    assert counts[0] == counts[1] > 0, counts
+    assert [p.shape for p in zero.Transformer(24).parameters()] == [p.shape for p in ZeroTransformer(24).parameters()]
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])

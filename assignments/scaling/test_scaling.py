@@ -12,18 +12,15 @@ documented ValueError; `make grade` gives the score.
 
 from __future__ import annotations
 
-import csv
 import math
-from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from grader.models.chinchilla import chinchilla_points
 from grader.models.tiny_gpt import TinyGPT, TinyGPTConfig
 from grader.models.transformer_config import TransformerConfig
 from grader.testing import expect_exception
-
-DATA = Path(__file__).parent / "data" / "chinchilla_figure4_points.csv"
 
 
 def test_transformer_flops_equal_what_flop_counter_mode_counts_on_tiny_gpt(submission):
@@ -54,13 +51,8 @@ def test_training_memory_stage_3_shards_16_bytes_per_parameter(submission):
 
 
 def test_fit_recovers_the_chinchilla_replication(submission):
-    with open(DATA, newline="") as file:
-        rows = list(csv.DictReader(file))
-    n, flops, loss = (
-        torch.tensor([float(r[c]) for r in rows], dtype=torch.float64) for c in ("Model Size", "Training FLOP", "loss")
-    )
-    keep = loss.argsort()[:240]  # Besiroglu et al. 2024 leave out the five highest losses
-    fit = submission.function("fit_scaling_law")(n[keep], (flops / (6 * n))[keep], loss[keep])
+    n, d, loss = chinchilla_points()  # the 240 points Besiroglu et al. 2024 fitted
+    fit = submission.function("fit_scaling_law")(n, d, loss)
     assert abs(fit["alpha"] - 0.3478) < 0.005 and abs(fit["beta"] - 0.3658) < 0.005, f"fit: {fit}"
     assert abs(fit["E"] / 1.82 - 1) < 0.01, f"fit: {fit}"
 

@@ -15,14 +15,12 @@ bf16, 3.35 TB/s HBM3).
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 
 matplotlib.use("Agg")
 
@@ -34,10 +32,10 @@ from fit import compute_optimal, fit_scaling_law  # noqa: E402
 from flops import transformer_flops  # noqa: E402
 from memory import training_memory  # noqa: E402
 
+from grader.models.chinchilla import chinchilla_points  # noqa: E402
 from grader.models.transformer_config import TransformerConfig  # noqa: E402
 
 DPI = 120
-DATA = REPO / "assignments" / "scaling" / "data" / "chinchilla_figure4_points.csv"
 H100_FLOPS, H100_BYTES_PER_S = 989e12, 3.35e12
 MODELS = {
     "GPT-3 175B": TransformerConfig(96, 12288, 96, 96, 49152, 50257),
@@ -137,20 +135,10 @@ def memory_budget(out: Path) -> None:
     plt.close(fig)
 
 
-def chinchilla_points() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    with open(DATA, newline="") as file:
-        rows = list(csv.DictReader(file))
-    n, flops, loss = (
-        torch.tensor([float(r[c]) for r in rows], dtype=torch.float64) for c in ("Model Size", "Training FLOP", "loss")
-    )
-    return n, flops, loss
-
-
 def isoflop(out: Path) -> None:
     """The fitted law along iso-FLOP lines, with the compute-optimal frontier and the data."""
-    n, flops, loss = chinchilla_points()
-    keep = loss.argsort()[: len(loss) - 5]
-    fit = fit_scaling_law(n[keep], (flops / (6 * n))[keep], loss[keep])
+    n, _, loss = chinchilla_points(drop_outliers=False)
+    fit = fit_scaling_law(*chinchilla_points())
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     sizes = np.logspace(7.5, 11.5, 200)
     budgets = [6e18, 1e20, 1e21, 1e22, 5.76e23]

@@ -5,12 +5,8 @@ avoids)."""
 
 from __future__ import annotations
 
-import csv
-import importlib.util
 import itertools
 import math
-from functools import cache
-from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -18,15 +14,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from torch.utils.flop_counter import FlopCounterMode
 
-from grader.course import COURSE_ROOT
 from grader.models.tiny_gpt import TinyGPT, TinyGPTConfig
 from grader.models.transformer_config import TransformerConfig
-from grader.sandbox.given import given_code, install_given
 
-DATA = COURSE_ROOT / "assignments" / "scaling" / "data" / "chinchilla_figure4_points.csv"
 # Besiroglu et al. 2024, table 1 ("our estimate" of approach 3, 240 points).
 PUBLISHED_FIT = {"E": 1.82, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
-OUTLIERS = 5  # the replication leaves out the five points with the highest loss
 CHINCHILLA_BUDGET = 5.76e23  # FLOPs of Chinchilla 70B (Hoffmann et al. 2022, table 3)
 
 
@@ -80,15 +72,37 @@ def tiny_gpt(cfg: TransformerConfig, seq_len: int, recompute: bool = False) -> T
     return model
 
 
-@cache
-def _zero_ddp() -> ModuleType:
-    """Module zero's ddp.py as the course gives it: its stub, with the given code installed."""
-    path = COURSE_ROOT / "assignments" / "zero" / "ddp.py"
-    spec = importlib.util.spec_from_file_location("course_zero_ddp", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    install_given(module, given_code("zero", "ddp.py"), "ddp.py")
-    return module
+class ZeroBlock(nn.Module):
+    """Module zero's given ddp.Block, the same architecture (a copy: the hidden suite must not
+    depend on another module's files being deployed; tests/test_scaling_checks.py checks that
+    FlopCounterMode counts the same FLOPs on both): pre-norm, dense causal attention, 2 heads."""
+
+    def __init__(self, width: int, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.fc1, self.fc2 = nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / (c // self.heads) ** 0.5
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        attention = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+        x = x + self.proj(attention.transpose(1, 2).reshape(b, t, c))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class ZeroTransformer(nn.Module):
+    """Module zero's given ddp.Transformer: two blocks and a width x width linear head."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.block1, self.block2, self.head = ZeroBlock(width), ZeroBlock(width), nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block2(self.block1(x)))
 
 
 def zero_transformer_config(width: int) -> TransformerConfig:
@@ -100,15 +114,15 @@ def zero_transformer_config(width: int) -> TransformerConfig:
 def counted_flops_per_token(
     cfg: TransformerConfig, seq_len: int, training: bool, recompute: bool = False, model: str = "tiny_gpt"
 ) -> int:
-    """FLOPs per token that FlopCounterMode counts on a batch of 2 sequences of `seq_len`:
-    forward, or forward and backward of the sum of the outputs."""
+    """FLOPs per token that FlopCounterMode counts on a batch of 2 sequences of `seq_len`
+    (model "tiny_gpt" or "zero"): forward, or forward and backward of the sum of the outputs."""
     torch.manual_seed(0)
     batch = 2
     if model == "tiny_gpt":
         net = tiny_gpt(cfg, seq_len, recompute)
         inputs = torch.randint(0, cfg.vocab_size, (batch, seq_len))
     else:
-        net = _zero_ddp().Transformer(cfg.d_model)
+        net = ZeroTransformer(cfg.d_model)
         inputs = torch.randn(batch, seq_len, cfg.d_model)
     counter = FlopCounterMode(display=False)
     with counter:
@@ -139,18 +153,6 @@ def torch_matmul_weights(cfg: TransformerConfig) -> int:
     net = tiny_gpt(cfg, seq_len=4)
     linear = sum(m.weight.numel() for m in net.modules() if isinstance(m, nn.Linear))
     return linear + net.token_embedding.weight.numel()
-
-
-def chinchilla_points(drop_outliers: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(N, D, loss) of the shipped figure-4 data, float64, D = C / (6 N); without the five
-    highest losses when drop_outliers."""
-    with open(DATA, newline="") as file:
-        rows = list(csv.DictReader(file))
-    n = torch.tensor([float(r["Model Size"]) for r in rows], dtype=torch.float64)
-    flops = torch.tensor([float(r["Training FLOP"]) for r in rows], dtype=torch.float64)
-    loss = torch.tensor([float(r["loss"]) for r in rows], dtype=torch.float64)
-    keep = loss.argsort()[: len(rows) - OUTLIERS] if drop_outliers else torch.arange(len(rows))
-    return n[keep], (flops / (6 * n))[keep], loss[keep]
 
 
 def law(fit: dict[str, float], n: torch.Tensor, d: torch.Tensor) -> torch.Tensor:

@@ -10,11 +10,11 @@ import math
 import pytest
 import torch
 
+from grader.models.chinchilla import chinchilla_points
 from grader.suites.scaling.reference import (
     CHINCHILLA_BUDGET,
     PUBLISHED_FIT,
     brute_force_optimal,
-    chinchilla_points,
     law,
     least_squares_fit,
     synthetic_points,
