@@ -19,6 +19,7 @@ from grader.suites.scaling.reference import (
     least_squares_fit,
     synthetic_points,
 )
+from grader.suites.scaling.test_scaling_memory import raised
 from grader.testing import expect_exception, generator
 
 # Tolerance against Besiroglu et al. 2024 (E = 1.82, A = 482.01, B = 2085.43, alpha = 0.3478,
@@ -122,7 +123,8 @@ def test_compute_optimal_gives_about_20_tokens_per_parameter_and_matches_brute_f
 @pytest.mark.points(3)
 def test_fit_and_compute_optimal_reject_bad_input(submission):
     """Lengths that differ, fewer than 5 points, a 2-D tensor, a zero, negative or infinite value,
-    starts < 1; C <= 0 and a non-positive A, B, alpha or beta."""
+    starts < 1; C <= 0 and a non-positive A, B, alpha or beta. Values below 1 are positive: a fit
+    on them returns."""
     fit, optimal = submission.function("fit_scaling_law"), submission.function("compute_optimal")
     n, d, loss = (t[:6] for t in chinchilla_points())
     bad_points = [
@@ -139,4 +141,6 @@ def test_fit_and_compute_optimal_reject_bad_input(submission):
     expect_exception("ValueError", lambda: optimal(0.0, PUBLISHED_FIT))
     for name in ("A", "B", "alpha", "beta"):
         error = expect_exception("ValueError", lambda name=name: optimal(1e22, {**PUBLISHED_FIT, name: -1.0}))
-        assert name in error.message, f"compute_optimal with {name} = -1 raised ValueError without naming {name}"
+        assert name in raised(error), f"compute_optimal with {name} = -1 raised ValueError without naming {name}"
+    small = fit(n / 1e9, d / 1e12, loss / 10)  # sizes, tokens and losses below 1 are positive: valid
+    assert all(math.isfinite(v) for v in small.values()), f"a fit on values below 1 returned {small}"
