@@ -22,6 +22,12 @@ PUBLISHED_FIT = {"E": 1.82, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 
 CHINCHILLA_BUDGET = 5.76e23  # FLOPs of Chinchilla 70B (Hoffmann et al. 2022, table 3)
 
 
+def raised(error) -> str:
+    """The last line of a SubmissionError's message: the exception and its text (the lines
+    before it quote the student's source, which names every argument)."""
+    return error.message.strip().splitlines()[-1]
+
+
 class GatedMLP(nn.Module):
     """SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x)), three bias-free d x d_ff matrices."""
 

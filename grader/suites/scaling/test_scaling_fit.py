@@ -17,9 +17,9 @@ from grader.suites.scaling.reference import (
     brute_force_optimal,
     law,
     least_squares_fit,
+    raised,
     synthetic_points,
 )
-from grader.suites.scaling.test_scaling_memory import raised
 from grader.testing import expect_exception, generator
 
 # Tolerance against Besiroglu et al. 2024 (E = 1.82, A = 482.01, B = 2085.43, alpha = 0.3478,

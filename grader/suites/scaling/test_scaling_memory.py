@@ -11,14 +11,8 @@ from functools import partial
 import pytest
 
 from grader.models.transformer_config import TransformerConfig
+from grader.suites.scaling.reference import raised
 from grader.testing import expect_exception
-
-
-def raised(error) -> str:
-    """The last line of a SubmissionError's message: the exception and its text (the lines
-    before it quote the student's source, which names every argument)."""
-    return error.message.strip().splitlines()[-1]
-
 
 CFG = TransformerConfig(num_layers=8, d_model=256, num_heads=8, num_kv_heads=4, d_ff=1024, vocab_size=1000)
 
