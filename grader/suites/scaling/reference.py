@@ -210,7 +210,9 @@ def _minimise(objective, start: torch.Tensor) -> tuple[torch.Tensor, float]:
 
 
 def brute_force_optimal(budget: float, fit: dict[str, float], points: int = 200_001) -> tuple[float, float]:
-    """argmin over N on a log grid (1e6 to 1e14 parameters) of L(N, budget / (6 N))."""
-    n = torch.logspace(6, 14, points, dtype=torch.float64)
+    """argmin over N on a log grid (1e3 to 1e20 parameters, steps of 0.02 %) of L(N, budget / (6 N))."""
+    n = torch.logspace(3, 20, points, dtype=torch.float64)
     best = int(law(fit, n, budget / (6 * n)).argmin())
+    if best in (0, points - 1):
+        raise AssertionError(f"the brute-force optimum of {fit} at C = {budget:.3g} lies on the grid's edge")
     return n[best].item(), budget / (6 * n[best].item())
