@@ -81,6 +81,7 @@ def transformer_flops(
     if recompute and not training:
         raise ValueError("recompute=True needs training=True: recomputation happens in backward")
     attention_width = cfg.num_heads * _head_dim(cfg)
+    # Q, K, V, output and MLP matmuls: 2 FLOPs per weight of one layer (parameter_count less the embedding).
     projections = 2 * (parameter_count(cfg) - cfg.vocab_size * cfg.d_model) // cfg.num_layers
     # q k^T and weights @ v: 2 * attention_width FLOPs per key each. A causal query at position
     # i sees i + 1 keys: sum over i = s (s + 1) / 2, so (s + 1) / 2 per token on average.
