@@ -1,0 +1,114 @@
+"""Module scaling: every counted check both ways (the reference passes it, a wrong variant in
+tests/variants/scaling/ fails it with a message that says what to fix), the FLOP counter is not
+blind, and training_memory's model states are module zero's ZeRO formula (solutions/zero/memory.py),
+called here on the same parameter count."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import build_variant, by_name, grade_json, module_results
+
+from grader.models.transformer_config import TransformerConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_GPT = "test_transformer_flops_equal_the_flop_counter_on_tiny_gpt"
+PALM = "test_palm_mfu_is_46_2_percent"
+HFU = "test_hfu_counts_recomputation_and_mfu_does_not"
+PUBLISHED_FIT = "test_fit_recovers_the_published_parameters_where_least_squares_on_raw_loss_does_not"
+
+
+def grade(tmp_path: Path, variant: str, select: str) -> dict[str, dict]:
+    submission = build_variant("scaling", variant, tmp_path / "submission")
+    return by_name(grade_json(submission, "scaling", "--select", select, out=tmp_path / "r.json"))
+
+
+@pytest.fixture(scope="module")
+def reference(solutions_results) -> dict[str, dict]:
+    return module_results(solutions_results, "scaling")
+
+
+def test_reference_matches_the_flop_counter_which_is_not_blind(reference):
+    for case in ("gqa", "mha", "mqa", "gated"):
+        test = reference[f"{TINY_GPT}[{case}]"]
+        assert test["status"] == "passed", test["output"]
+        counted = test["extra_data"]["flop_counter_per_token"]
+        assert len(counted) == 6 and min(counted.values()) > 1000, counted
+        forward, training = (
+            {k.split()[1]: v for k, v in counted.items() if k.startswith(m)} for m in ("forward", "training")
+        )
+        assert all(training[s] == 3 * forward[s] for s in forward), counted
+    for name in (PALM, HFU, PUBLISHED_FIT):
+        assert reference[name]["status"] == "passed", reference[name]["output"]
+    fit = reference[PUBLISHED_FIT]["extra_data"]
+    assert abs(fit["fit"]["beta"] - 0.3658) < 0.005 and abs(fit["least_squares_fit"]["beta"] - 0.3658) > 0.05, fit
+
+
+def test_ignoring_grouped_query_attention_fails_the_gqa_and_mqa_counts_only(tmp_path):
+    tests = grade(tmp_path, "ignores_grouped_query_attention", "flop_counter_on_tiny_gpt")
+    for case, status in (("gqa", "failed"), ("mqa", "failed"), ("gated", "failed"), ("mha", "passed")):
+        assert tests[f"{TINY_GPT}[{case}]"]["status"] == status, tests[f"{TINY_GPT}[{case}]"]["output"]
+    assert "K and V use num_kv_heads" in tests[f"{TINY_GPT}[gqa]"]["output"]
+
+
+def test_mfu_that_counts_recomputation_fails_palm_and_the_hfu_check(tmp_path):
+    tests = grade(tmp_path, "mfu_counts_recomputation", "palm or hfu")
+    assert tests[PALM]["status"] == tests[HFU]["status"] == "failed"
+    assert "no recomputation" in tests[PALM]["output"]
+
+
+def test_least_squares_on_raw_loss_lands_elsewhere_and_is_told_so(tmp_path):
+    tests = grade(tmp_path, "least_squares_on_raw_loss", "published_parameters")
+    assert tests[PUBLISHED_FIT]["status"] == "failed"
+    assert "lands near the least-squares fit on raw loss" in tests[PUBLISHED_FIT]["output"]
+
+
+def _load(module: str, file: str):
+    """solutions/<module>/<file> imported under its own name (the scaling files import each other)."""
+    folder = str(ROOT / "solutions" / module)
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(f"solution_{module}_{Path(file).stem}", Path(folder) / file)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        return loaded
+    finally:
+        sys.path.remove(folder)
+
+
+def test_the_suites_copy_of_module_zeros_transformer_counts_the_same_flops():
+    """The hidden suite counts FLOPs on a copy of zero's given Transformer (so that it needs no
+    other module's files): FlopCounterMode counts the same on the copy and on the course's own."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from grader.suites.scaling.reference import ZeroTransformer
+
+    zero = _load("zero", "ddp.py")
+    x = torch.randn(2, 9, 24)
+    counts = []
+    for model in (zero.Transformer(24), ZeroTransformer(24)):
+        counter = FlopCounterMode(display=False)
+        with counter:
+            model(x).sum().backward()
+        counts.append(counter.get_total_flops())
+    assert counts[0] == counts[1] > 0, counts
+    assert [p.shape for p in zero.Transformer(24).parameters()] == [p.shape for p in ZeroTransformer(24).parameters()]
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize(("dp", "tp", "pp", "dtype"), [(8, 1, 1, "bf16"), (4, 2, 4, "fp16"), (3, 4, 2, "fp32")])
+def test_training_memory_model_states_are_module_zeros_formula(stage, dp, tp, pp, dtype):
+    """parameters + gradients + optimizer of training_memory = zero_memory_per_rank(Psi / (tp pp),
+    dp, stage, bytes of the dtype), module zero's reference."""
+    memory = _load("scaling", "memory.py")
+    zero = _load("zero", "memory.py")
+    cfg = TransformerConfig(num_layers=8, d_model=512, num_heads=8, num_kv_heads=8, d_ff=2048, vocab_size=32000)
+    got = memory.training_memory(cfg, 1, 128, dp=dp, tp=tp, pp=pp, zero_stage=stage, dtype=dtype)
+    psi = memory.parameter_count(cfg) / (tp * pp)
+    want = zero.zero_memory_per_rank(psi, dp, stage, *memory.MODEL_STATE_BYTES[dtype])
+    assert math.isclose(got["parameters"] + got["gradients"] + got["optimizer"], want, rel_tol=1e-12)
