@@ -1,0 +1,95 @@
+"""Trusted references of the tensor_parallel suite: the block on one process (written here, never
+imported from a submission, attention by torch's SDPA), and how the ranks' shards fit together."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grader.testing import generator
+
+
+class Attention(nn.Module):
+    """Causal GQA self-attention on (s, b, hidden) with four nn.Linear layers; SDPA computes it."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.d = heads, kv_heads, hidden // heads
+        self.wq = nn.Linear(hidden, heads * self.d)
+        self.wk, self.wv = (nn.Linear(hidden, kv_heads * self.d) for _ in range(2))
+        self.proj = nn.Linear(heads * self.d, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s, b, _ = x.shape
+        q = self.wq(x).view(s, b, self.heads, self.d).permute(1, 2, 0, 3)
+        k, v = (w(x).view(s, b, self.kv_heads, self.d).permute(1, 2, 0, 3) for w in (self.wk, self.wv))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.proj(y.permute(2, 0, 1, 3).reshape(s, b, -1))
+
+
+class Block(nn.Module):
+    """The ParallelBlock's math on one process: pre-norm, attention then a gelu MLP."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, ffn_hidden: int) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.attention = Attention(hidden, heads, kv_heads)
+        self.mlp = nn.Sequential()
+        self.mlp.fc1, self.mlp.gelu, self.mlp.fc2 = nn.Linear(hidden, ffn_hidden), nn.GELU(), nn.Linear(ffn_hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+def make_state(hidden: int, heads: int, kv_heads: int, ffn_hidden: int, *salt: object) -> dict[str, torch.Tensor]:
+    """A random float64 state of Block (LayerNorm weights and biases random too, not 1 and 0)."""
+    gen = generator("tp-state", hidden, heads, kv_heads, ffn_hidden, *salt)
+    shapes = {k: v.shape for k, v in Block(hidden, heads, kv_heads, ffn_hidden).state_dict().items()}
+    state = {k: torch.randn(shape, generator=gen, dtype=torch.float64) / hidden**0.5 for k, shape in shapes.items()}
+    for name in ("ln1", "ln2"):
+        state[f"{name}.weight"] = 1 + 0.3 * torch.randn(hidden, generator=gen, dtype=torch.float64)
+    return state
+
+
+def block_reference(
+    hidden: int, heads: int, kv_heads: int, ffn_hidden: int, state: dict, x: torch.Tensor, grad_output: torch.Tensor
+) -> dict[str, object]:
+    """Output, input gradient and every parameter's gradient (by state-dict name) on one process."""
+    block = Block(hidden, heads, kv_heads, ffn_hidden).double()
+    block.load_state_dict(state)
+    x = x.clone().requires_grad_(True)
+    out = block(x)
+    out.backward(grad_output)
+    return {"output": out.detach(), "grad_input": x.grad, "grads": {n: p.grad for n, p in block.named_parameters()}}
+
+
+def assemble_grads(ranks: list[dict[str, torch.Tensor]], heads: int, kv_heads: int, sequence_parallel: bool) -> dict:
+    """The full gradient of every Block parameter (state-dict names), from each rank's gradients
+    by the ParallelBlock's parameter names, with the layouts of its docstrings: column layers by
+    rows (qkv fused per rank as [wq_r; wk_r; wv_r]), row layers' weights by columns; whole
+    parameters from rank 0, or summed over ranks with sequence parallelism. A missing name or a
+    gradient of None is reported as the name alone (a KeyError)."""
+    p = len(ranks)
+
+    def part(name: str) -> list[torch.Tensor]:
+        grads = [r.get(name) for r in ranks]
+        if any(g is None for g in grads):
+            raise KeyError(name)
+        return grads
+
+    full: dict[str, torch.Tensor] = {}
+    for kind in ("weight", "bias"):
+        qkv = part(f"attention.qkv.{kind}")
+        local_q, local_kv = qkv[0].shape[0] * heads // (heads + 2 * kv_heads), qkv[0].shape[0] * kv_heads // (heads + 2 * kv_heads)
+        split = [g.split([local_q, local_kv, local_kv]) for g in qkv]
+        for i, name in enumerate(("wq", "wk", "wv")):
+            full[f"attention.{name}.{kind}"] = torch.cat([s[i] for s in split])
+        full[f"mlp.fc1.{kind}"] = torch.cat(part(f"mlp.fc1.{kind}"))
+    full["attention.proj.weight"] = torch.cat(part("attention.proj.weight"), dim=1)
+    full["mlp.fc2.weight"] = torch.cat(part("mlp.fc2.weight"), dim=1)
+    for name in ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias", "attention.proj.bias", "mlp.fc2.bias"):
+        grads = part(name)
+        full[name] = torch.stack(grads).sum(0) if sequence_parallel and p > 1 else grads[0]
+    return full
