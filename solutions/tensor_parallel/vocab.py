@@ -131,7 +131,9 @@ def embedding_step(
     return {"output": out.detach(), "grad": embedding.weight.grad, "forward": forward.calls, "backward": backward.calls}
 
 
-def cross_entropy_step(logits_shard: torch.Tensor, targets: torch.Tensor, grad_output: torch.Tensor) -> dict[str, object]:
+def cross_entropy_step(
+    logits_shard: torch.Tensor, targets: torch.Tensor, grad_output: torch.Tensor
+) -> dict[str, object]:
     """Given (the grader calls it on every rank): losses = vocab_parallel_cross_entropy(
     logits_shard, targets), losses.backward(grad_output). Returns "loss" (the losses), "grad"
     (the gradient of logits_shard) and the collectives counted in "forward" and in "backward"."""

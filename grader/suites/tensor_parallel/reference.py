@@ -36,7 +36,9 @@ class Block(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.attention = Attention(hidden, heads, kv_heads)
         self.mlp = nn.Sequential()
-        self.mlp.fc1, self.mlp.gelu, self.mlp.fc2 = nn.Linear(hidden, ffn_hidden), nn.GELU(), nn.Linear(ffn_hidden, hidden)
+        self.mlp.fc1 = nn.Linear(hidden, ffn_hidden)
+        self.mlp.gelu = nn.GELU()
+        self.mlp.fc2 = nn.Linear(ffn_hidden, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.ln1(x))
@@ -82,7 +84,8 @@ def assemble_grads(ranks: list[dict[str, torch.Tensor]], heads: int, kv_heads: i
     full: dict[str, torch.Tensor] = {}
     for kind in ("weight", "bias"):
         qkv = part(f"attention.qkv.{kind}")
-        local_q, local_kv = qkv[0].shape[0] * heads // (heads + 2 * kv_heads), qkv[0].shape[0] * kv_heads // (heads + 2 * kv_heads)
+        rows = qkv[0].shape[0]  # (heads + 2 kv_heads) / p heads of d rows
+        local_q, local_kv = rows * heads // (heads + 2 * kv_heads), rows * kv_heads // (heads + 2 * kv_heads)
         split = [g.split([local_q, local_kv, local_kv]) for g in qkv]
         for i, name in enumerate(("wq", "wk", "wv")):
             full[f"attention.{name}.{kind}"] = torch.cat([s[i] for s in split])
@@ -93,3 +96,39 @@ def assemble_grads(ranks: list[dict[str, torch.Tensor]], heads: int, kv_heads: i
         grads = part(name)
         full[name] = torch.stack(grads).sum(0) if sequence_parallel and p > 1 else grads[0]
     return full
+
+
+def chunk(x: torch.Tensor, world_size: int, rank: int) -> torch.Tensor:
+    """Rank r's chunk of dimension 0 (the sequence), contiguous."""
+    return x.chunk(world_size)[rank].contiguous()
+
+
+def library_collectives(plan: list[str], numel: int) -> None:
+    """Run, in a trusted world, the collectives a layer should need, on float64 tensors of
+    `numel` elements (the whole tensor reduced or gathered): "all_reduce",
+    "all_gather" (dist.all_gather_single) or "reduce_scatter" (dist.reduce_scatter_single).
+    The bytes each rank sends, counted by the kernel, are the bound a submission is held to."""
+    import torch.distributed as dist
+
+    p = dist.get_world_size()
+    whole = torch.randn(numel, dtype=torch.float64)
+    for kind in plan:
+        if kind == "all_reduce":
+            dist.all_reduce(whole.clone())
+        elif kind == "all_gather":
+            dist.all_gather_single(torch.empty_like(whole), whole[: numel // p].clone())
+        else:
+            dist.reduce_scatter_single(whole.new_empty(numel // p), whole.clone())
+
+
+def counted(calls: list) -> dict[tuple[str, int], int]:
+    """How many collectives of each (kind, elements) a CollectiveCounter list holds."""
+    counts: dict[tuple[str, int], int] = {}
+    for kind, elements in calls:
+        counts[(kind, int(elements))] = counts.get((kind, int(elements)), 0) + 1
+    return counts
+
+
+def describe_calls(calls: list) -> str:
+    """A CollectiveCounter list for a student: '2 all_reduce of 512 elements, ...' or 'none'."""
+    return ", ".join(f"{n} {kind} of {elements} elements" for (kind, elements), n in counted(calls).items()) or "none"
