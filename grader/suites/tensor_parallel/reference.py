@@ -3,6 +3,8 @@ imported from a submission, attention by torch's SDPA), and how the ranks' shard
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -132,3 +134,61 @@ def counted(calls: list) -> dict[tuple[str, int], int]:
 def describe_calls(calls: list) -> str:
     """A CollectiveCounter list for a student: '2 all_reduce of 512 elements, ...' or 'none'."""
     return ", ".join(f"{n} {kind} of {elements} elements" for (kind, elements), n in counted(calls).items()) or "none"
+
+
+@dataclass(frozen=True)
+class BlockCase:
+    world_size: int
+    heads: int
+    kv_heads: int
+    sequence_parallel: bool
+    hidden: int = 32
+    ffn_hidden: int = 64
+    seq: int = 16
+    batch: int = 2
+
+    @property
+    def id(self) -> str:
+        attention = "mha" if self.heads == self.kv_heads else f"gqa{self.heads}x{self.kv_heads}"
+        return f"world={self.world_size}-{'sp' if self.sequence_parallel else 'tp'}-{attention}"
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        return self.hidden, self.heads, self.kv_heads, self.ffn_hidden
+
+
+BLOCK_CASES = [
+    BlockCase(2, 4, 4, False),
+    BlockCase(2, 4, 2, False),
+    BlockCase(2, 4, 4, True),
+    BlockCase(2, 8, 2, True),
+    BlockCase(4, 8, 4, False),
+    BlockCase(4, 8, 4, True),
+]
+RUNS: dict[tuple, tuple] = {}
+
+
+def run_block(submission, case: BlockCase):
+    """Every rank's block_step result and the one-process reference; one run per submission and
+    case, shared by the equality and the performance checks."""
+    key = (id(submission), case)
+    if key not in RUNS:
+        gen = generator("tp-block", case.id)
+        state = make_state(*case.sizes, case.id)
+        x = torch.randn(case.seq, case.batch, case.hidden, generator=gen, dtype=torch.float64)
+        grad_output = torch.randn(case.seq, case.batch, case.hidden, generator=gen, dtype=torch.float64)
+        p, sp = case.world_size, case.sequence_parallel
+        args = [
+            (*case.sizes, state, chunk(x, p, r) if sp else x, chunk(grad_output, p, r) if sp else grad_output, sp)
+            for r in range(p)
+        ]
+        result = submission.function("block_step").spmd(p, args)
+        RUNS[key] = result, block_reference(*case.sizes, state, x, grad_output)
+    return RUNS[key]
+
+
+def expected_collectives(case: BlockCase) -> dict[tuple[str, int], int]:
+    whole = case.seq * case.batch * case.hidden
+    if case.sequence_parallel:
+        return {("all_gather", whole): 2, ("reduce_scatter", whole): 2}
+    return {("all_reduce", whole): 2}
