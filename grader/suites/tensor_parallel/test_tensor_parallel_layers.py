@@ -216,6 +216,7 @@ def test_parallel_block_matches_one_process(submission, case):
 
 
 BAD_BLOCKS = {
+    "hidden-not-a-multiple-of-heads": (18, 4, 2, 32),
     "kv_heads-not-a-multiple-of-p": (16, 4, 1, 32),
     "heads-not-a-multiple-of-p": (18, 3, 3, 32),
     "heads-not-a-multiple-of-kv_heads": (24, 6, 4, 32),

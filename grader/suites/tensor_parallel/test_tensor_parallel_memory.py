@@ -65,6 +65,7 @@ def test_tp_activation_bytes_every_branch_on_sizes_that_do_not_divide(submission
 @pytest.mark.points(1)
 def test_tp_activation_bytes_defaults_to_tensor_parallelism_alone(submission):
     got = submission.function("tp_activation_bytes")(2048, 1, 12288, 96, 8)
+    assert isinstance(got, float), f"tp_activation_bytes returns a float, got {type(got).__name__}"
     assert got == 578813952, f"tp_activation_bytes(2048, 1, 12288, 96, 8): got {got!r}, expected 578813952"
 
 
