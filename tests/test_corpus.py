@@ -53,7 +53,7 @@ from grader.sandbox.landlock import landlock_available, signals_scoped
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"
-MODULES = ("collectives", "zero", "attention", "moe", "kv_cache", "quantization")
+MODULES = ("collectives", "zero", "attention", "moe", "kv_cache", "quantization", "tensor_parallel")
 TIME_LIMIT_S = 2.0
 CALIBRATION_FACTOR = 3.0  # no call's limit below 3x the slowest test of the reference, same process
 CASES_PER_BATCH = 8  # cases calibrated by one grading of the reference
