@@ -356,8 +356,8 @@ def linear_step(
     in_features, out_features, gather_output=flag, ...), "row" RowParallelLinear(in_features,
     out_features, input_is_parallel=flag, ...), from the full weight and bias; out = layer(x) on
     this rank's x, then out.backward(grad_output). Returns "output", "grad_input" (x.grad),
-    "grad_weight", "grad_bias" (None without a bias), and the collectives counted in "forward"
-    and in "backward"."""
+    "grad_weight", "grad_bias" (None without a bias), "weight_storage_bytes" (the bytes of the
+    storage behind layer.weight) and the collectives counted in "forward" and in "backward"."""
     layer_class = ColumnParallelLinear if kind == "column" else RowParallelLinear
     layer = layer_class(in_features, out_features, flag, weight=weight, bias=bias, sequence_parallel=sequence_parallel)
     x = x.clone().requires_grad_(True)
@@ -370,6 +370,7 @@ def linear_step(
         "grad_input": x.grad,
         "grad_weight": layer.weight.grad,
         "grad_bias": layer.bias.grad if layer.bias is not None else None,
+        "weight_storage_bytes": layer.weight.untyped_storage().nbytes(),
         "forward": forward.calls,
         "backward": backward.calls,
     }

@@ -26,7 +26,8 @@ from torch import nn
 
 class VocabParallelEmbedding(nn.Module):
     """Rank r's rows [r*V/p, (r+1)*V/p) of `weight` (num_embeddings V, embedding_dim), kept as
-    the nn.Parameter `self.weight` (V/p, embedding_dim) (a copy). p is the world size.
+    the nn.Parameter `self.weight` (V/p, embedding_dim), a copy: the full table given is not
+    kept. p is the world size.
 
     forward(ids): ids an integer tensor of any shape, values in [0, V); each rank looks up the ids
     of its slice (zeros for the others), and reduce_from_tp_region sums the partial results, so
@@ -121,14 +122,20 @@ def embedding_step(
 ) -> dict[str, object]:
     """Given (the grader calls it on every rank): VocabParallelEmbedding(num_embeddings,
     weight.shape[1], weight=weight), out = embedding(ids), out.backward(grad_output). Returns
-    "output", "grad" (this rank's weight.grad) and the collectives counted in "forward" and in
-    "backward"."""
+    "output", "grad" (this rank's weight.grad), "weight_storage_bytes" (the bytes of the storage
+    behind embedding.weight) and the collectives counted in "forward" and in "backward"."""
     embedding = VocabParallelEmbedding(num_embeddings, weight.shape[1], weight=weight)
     with CollectiveCounter() as forward:
         out = embedding(ids)
     with CollectiveCounter() as backward:
         out.backward(grad_output)
-    return {"output": out.detach(), "grad": embedding.weight.grad, "forward": forward.calls, "backward": backward.calls}
+    return {
+        "output": out.detach(),
+        "grad": embedding.weight.grad,
+        "weight_storage_bytes": embedding.weight.untyped_storage().nbytes(),
+        "forward": forward.calls,
+        "backward": backward.calls,
+    }
 
 
 def cross_entropy_step(

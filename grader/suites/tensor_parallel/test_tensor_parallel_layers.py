@@ -140,6 +140,11 @@ def test_parallel_linear_matches_nn_linear_on_the_whole_weight(submission, case)
         where = f"{case.id}, rank {rank}"
         for key in ("output", "grad_input", "grad_weight"):
             assert_matches(got[key], want[key], f"{where}: {key}", *TOL)
+        shard_bytes = want["grad_weight"].numel() * 8
+        assert got["weight_storage_bytes"] == shard_bytes, (
+            f"{where}: self.weight's storage holds {got['weight_storage_bytes']} bytes; its shard is {shard_bytes}. "
+            f"Keep a copy of the shard (e.g. weight[rows].clone()), not a view that keeps the full weight alive"
+        )
         if want["grad_bias"] is None:
             assert got["grad_bias"] is None, f"{where}: bias=None must give a layer without a bias"
         else:

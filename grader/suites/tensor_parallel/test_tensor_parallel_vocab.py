@@ -37,6 +37,10 @@ def check_embedding(results: list[dict], weight, ids, grad_output, where: str) -
         assert_matches(
             got["grad"], w.grad[rank * rows : (rank + 1) * rows], f"{where}, rank {rank}: weight.grad (its rows)", *TOL
         )
+        assert got["weight_storage_bytes"] == rows * weight.shape[1] * 8, (
+            f"{where}, rank {rank}: self.weight's storage holds {got['weight_storage_bytes']} bytes; its {rows} rows "
+            f"take {rows * weight.shape[1] * 8}. Keep a copy of the slice, not a view of the full table"
+        )
         forward = {("all_reduce", out.numel()): 1}
         assert counted(got["forward"]) == forward and not got["backward"], (
             f"{where}, rank {rank}: forward made {describe_calls(got['forward'])}, backward "
