@@ -63,8 +63,9 @@ def scatter_to_sequence_region(x: torch.Tensor) -> torch.Tensor:
     """The reverse of gather_from_sequence_region. Forward: the sum of x over ranks, of which rank
     r keeps rows [r*n, (r+1)*n) of dimension 0, n = x.shape[0] / p (one
     dist.reduce_scatter_single; the input is not modified). Backward: the gradient's chunks of
-    all ranks gathered along dimension 0 (dist.all_gather_single), so x.grad has x's shape.
-    Raises ValueError when x.shape[0] is not a multiple of the world size."""
+    all ranks gathered along dimension 0 (dist.all_gather_single), so x.grad has x's shape. x of
+    any shape with at least one dimension. Raises ValueError when x.shape[0] is not a multiple
+    of the world size."""
     raise NotImplementedError("implement scatter_to_sequence_region (lectures/07-tensor-parallelism.md, section 6)")
 
 

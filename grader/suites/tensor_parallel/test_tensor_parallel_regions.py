@@ -15,14 +15,17 @@ from grader.testing import assert_matches, expect_exception, generator, toleranc
 OPERATORS = ("copy_to_tp_region", "reduce_from_tp_region", "gather_from_sequence_region", "scatter_to_sequence_region")
 
 
-def inputs(operator: str, world_size: int, *salt: object) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Each rank's x and the gradient of its output, float64, with an odd trailing shape."""
+def inputs(
+    operator: str, world_size: int, *salt: object, trailing: tuple[int, ...] = (2, 5)
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each rank's x and the gradient of its output, float64: 3 rows (3p to scatter) of shape
+    `trailing` (an odd one, or none: 1-D tensors)."""
     gen = generator("tp-region", operator, world_size, *salt)
     rows = 3 * world_size if operator == "scatter_to_sequence_region" else 3
-    shape = (rows, 2, 5)
+    shape = (rows, *trailing)
     xs = [torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(world_size)]
     out_rows = {"gather_from_sequence_region": rows * world_size, "scatter_to_sequence_region": rows // world_size}
-    out_shape = (out_rows.get(operator, rows), 2, 5)
+    out_shape = (out_rows.get(operator, rows), *trailing)
     grads = [torch.randn(out_shape, generator=gen, dtype=torch.float64) for _ in range(world_size)]
     return xs, grads
 
@@ -72,8 +75,8 @@ def test_region_operator_matches_its_definition_on_2_ranks(submission, operator)
 
 @pytest.mark.points(3)
 def test_every_region_operator_matches_its_definition_on_4_ranks(submission):
-    """One world of 4 ranks runs the four operators one after another (one call)."""
-    data = {op: inputs(op, 4, "world4") for op in OPERATORS}
+    """One world of 4 ranks runs the four operators one after another (one call), on 1-D tensors."""
+    data = {op: inputs(op, 4, "world4", trailing=()) for op in OPERATORS}
     steps = [[Step("region_step", (op, data[op][0][r], data[op][1][r])) for op in OPERATORS] for r in range(4)]
     ranks = submission.script_spmd(4, steps).steps
     for i, op in enumerate(OPERATORS):

@@ -114,17 +114,18 @@ def test_vocab_parallel_cross_entropy_matches_f_cross_entropy(submission, case):
 
 @pytest.mark.points(4)
 def test_vocab_embedding_and_loss_on_4_ranks(submission):
-    """One world of 4 ranks runs the embedding and the loss (one call)."""
-    weight, ids, grad_embedding = embedding_data(4, 16, 3, "world4")
+    """One world of 4 ranks runs the embedding (a vocabulary of 4: one row per rank) and the loss
+    (one call)."""
+    weight, ids, grad_embedding = embedding_data(4, 4, 3, "world4")
     logits, targets, grad_loss = loss_data(9, 20, 3.0, "world4")
     shards = logits.chunk(4, dim=1)
     steps = [
         [
-            Step("embedding_step", (16, weight, ids, grad_embedding)),
+            Step("embedding_step", (4, weight, ids, grad_embedding)),
             Step("cross_entropy_step", (shards[r].contiguous(), targets, grad_loss)),
         ]
         for r in range(4)
     ]
     ranks = submission.script_spmd(4, steps).steps
-    check_embedding([r[0] for r in ranks], weight, ids, grad_embedding, "VocabParallelEmbedding(16, 3) on 4 ranks")
+    check_embedding([r[0] for r in ranks], weight, ids, grad_embedding, "VocabParallelEmbedding(4, 3) on 4 ranks")
     check_loss([r[1] for r in ranks], logits, targets, grad_loss, "vocab_parallel_cross_entropy on 4 ranks")
