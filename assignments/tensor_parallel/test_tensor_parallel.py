@@ -1,0 +1,127 @@
+"""Public tests for the tensor_parallel module: run them while you work with
+
+    pytest assignments/tensor_parallel                  (add -s to see what your code prints)
+
+Your functions run in worker processes, never inside pytest; everything distributed runs on a
+world of 2 gloo processes through the given helpers region_step, linear_step, block_step and
+cross_entropy_step, which also count the collectives you call through torch.distributed. The
+hidden suite checks more: every operator and layer both ways, the block with sequence
+parallelism and GQA, 4 ranks, the embedding, bad sizes, the bytes each rank sends (read from the
+kernel), what the LayerNorms save for backward, the largest tensor of the loss, and the paper's
+figures of tp_activation_bytes. `make grade` gives the score.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grader.testing import assert_matches, generator
+
+TOL = (1e-10, 1e-10)
+
+
+def test_copy_to_tp_region_is_the_identity_forward_and_an_all_reduce_backward(submission):
+    gen = generator("public-copy")
+    xs = [torch.randn(3, 4, generator=gen, dtype=torch.float64) for _ in range(2)]
+    grads = [torch.randn(3, 4, generator=gen, dtype=torch.float64) for _ in range(2)]
+    result = submission.function("region_step").spmd(2, [("copy_to_tp_region", x, g) for x, g in zip(xs, grads)])
+    for rank, got in enumerate(result.outputs):
+        assert_matches(got["output"], xs[rank], f"rank {rank}: forward is the identity")
+        assert_matches(got["grad"], grads[0] + grads[1], f"rank {rank}: backward sums the gradients", *TOL)
+        assert got["forward"] == [] and got["backward"] == [("all_reduce", 12)], (
+            f"rank {rank}: expected no collective in forward and one all_reduce of 12 elements in backward, got "
+            f"{got['forward']} and {got['backward']}"
+        )
+
+
+def test_column_parallel_linear_keeps_its_rows_of_the_weight(submission):
+    gen = generator("public-column")
+    weight, bias = torch.randn(6, 4, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen).double()
+    x = torch.randn(5, 4, generator=gen, dtype=torch.float64)
+    grad_output = torch.randn(5, 3, generator=gen, dtype=torch.float64)  # each rank: its 3 columns
+    args = [("column", 4, 6, False, weight, bias, x, grad_output)] * 2
+    result = submission.function("linear_step").spmd(2, args)
+    full = F.linear(x, weight, bias)
+    for rank, got in enumerate(result.outputs):
+        assert_matches(got["output"], full[:, 3 * rank : 3 * rank + 3], f"rank {rank}: its 3 output columns", *TOL)
+        assert_matches(got["grad_weight"], grad_output.T @ x, f"rank {rank}: the gradient of its rows", *TOL)
+    summed = grad_output @ weight[:3] + grad_output @ weight[3:]  # each rank's partial gradient, summed
+    for rank, got in enumerate(result.outputs):
+        assert_matches(got["grad_input"], summed, f"rank {rank}: x.grad (summed over ranks by the f operator)", *TOL)
+
+
+class Block(nn.Module):
+    """The ParallelBlock's math on one process (MHA), attention written out."""
+
+    def __init__(self, hidden: int, heads: int, ffn_hidden: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.wq, self.wk, self.wv = (nn.Linear(hidden, hidden) for _ in range(3))
+        self.proj = nn.Linear(hidden, hidden)
+        self.fc1, self.fc2 = nn.Linear(hidden, ffn_hidden), nn.Linear(ffn_hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s, b, h = x.shape
+        y = self.ln1(x)
+        q, k, v = (w(y).view(s, b, self.heads, -1).permute(1, 2, 0, 3) for w in (self.wq, self.wk, self.wv))
+        scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        causal = torch.ones(s, s, dtype=torch.bool).tril()
+        attention = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+        x = x + self.proj(attention.permute(2, 0, 1, 3).reshape(s, b, h))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+def parallel_name(name: str) -> str:
+    """The ParallelBlock's state name of a parameter of Block ("wq.weight" -> "attention.wq.weight")."""
+    if name.startswith(("wq", "wk", "wv", "proj")):
+        return f"attention.{name}"
+    return f"mlp.{name}" if name.startswith("fc") else name
+
+
+def test_tensor_parallel_block_matches_one_process_with_two_all_reduces_each_way(submission):
+    hidden, heads, ffn, s, b = 8, 2, 16, 4, 2
+    torch.manual_seed(0)
+    reference = Block(hidden, heads, ffn).double()
+    state = {parallel_name(k): v for k, v in reference.state_dict().items()}
+    gen = generator("public-block")
+    x = torch.randn(s, b, hidden, generator=gen, dtype=torch.float64)
+    grad_output = torch.randn(s, b, hidden, generator=gen, dtype=torch.float64)
+    result = submission.function("block_step").spmd(2, [(hidden, heads, heads, ffn, state, x, grad_output, False)] * 2)
+    xr = x.clone().requires_grad_(True)
+    out = reference(xr)
+    out.backward(grad_output)
+    for rank, got in enumerate(result.outputs):
+        assert_matches(got["output"], out.detach(), f"rank {rank}: the block's output", *TOL)
+        assert_matches(got["grad_input"], xr.grad, f"rank {rank}: x.grad", *TOL)
+        assert_matches(got["grads"]["mlp.fc2.bias"], reference.fc2.bias.grad, f"rank {rank}: mlp.fc2.bias.grad", *TOL)
+        half = slice(rank * ffn // 2, (rank + 1) * ffn // 2)
+        assert_matches(got["grads"]["mlp.fc1.weight"], reference.fc1.weight.grad[half], f"rank {rank}: fc1 rows", *TOL)
+        for phase in ("forward", "backward"):
+            assert got[phase] == [("all_reduce", s * b * hidden)] * 2, (
+                f"rank {rank}: {phase} should make 2 all_reduce of {s * b * hidden} elements, made {got[phase]}"
+            )
+
+
+def test_vocab_parallel_cross_entropy_matches_f_cross_entropy(submission):
+    gen = generator("public-loss")
+    logits = torch.randn(6, 8, generator=gen, dtype=torch.float64)
+    targets = torch.tensor([0, 7, 3, 4, 1, 6])
+    grad_output = torch.ones(6, dtype=torch.float64)
+    args = [(shard.contiguous(), targets, grad_output) for shard in logits.chunk(2, dim=1)]
+    result = submission.function("cross_entropy_step").spmd(2, args)
+    z = logits.clone().requires_grad_(True)
+    losses = F.cross_entropy(z, targets, reduction="none")
+    losses.backward(grad_output)
+    for rank, got in enumerate(result.outputs):
+        assert_matches(got["loss"], losses.detach(), f"rank {rank}: per-token losses", *TOL)
+        assert_matches(got["grad"], z.grad[:, 4 * rank : 4 * rank + 4], f"rank {rank}: gradient of its shard", *TOL)
+
+
+def test_tp_activation_bytes_of_gpt3_175b_on_8_ranks(submission):
+    formula = submission.function("tp_activation_bytes")
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    assert formula(s, b, h, a, 1) == s * b * h * (34 + 5 * a * s / h), "t = 1: no parallelism"
+    assert formula(s, b, h, a, t, True, True) == s * b * h * 34 / t, "sequence parallelism + selective recompute"

@@ -1,0 +1,233 @@
+"""The conjugate communication operators of tensor and sequence parallelism (lecture 07,
+sections 2 and 6).
+
+Megatron-LM (Shoeybi et al. 2019) splits a transformer layer over the p ranks of a
+tensor-parallel group with two operators that are each other's transpose:
+
+    f = copy_to_tp_region        forward: identity           backward: all-reduce
+    g = reduce_from_tp_region    forward: all-reduce         backward: identity
+
+f sits where a replicated activation enters a column-parallel matmul (every rank needs the whole
+input; each rank's gradient of it is partial, so the gradients are summed), g where the partial
+outputs of a row-parallel matmul leave it (they are summed; the gradient of a sum reaches every
+term unchanged).
+
+Sequence parallelism (Korthikanti et al. 2022) keeps the activations between those regions
+split along the sequence: each rank holds s/p positions. An all-reduce is a reduce-scatter then an
+all-gather, so f and g split in two and move:
+
+    gather_from_sequence_region   forward: all-gather (seq)   backward: reduce-scatter (seq)
+    scatter_to_sequence_region    forward: reduce-scatter     backward: all-gather (seq)
+
+Tensors in a sequence region are laid out sequence first, (s, ...), as in Megatron-LM: rank r
+holds rows [r*s/p, (r+1)*s/p) of dimension 0, so that a gather along the sequence is a plain
+concatenation of contiguous chunks.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.distributed as dist
+
+
+def copy_to_tp_region(x: torch.Tensor) -> torch.Tensor:
+    """The f operator: returns x unchanged in forward (a new tensor equal to x); in backward the
+    gradient is summed over the ranks of the default group with one dist.all_reduce, so each
+    rank's x.grad is the sum of every rank's gradient of the output. Differentiable (an autograd
+    Function); x of any shape and floating dtype."""
+    ### BEGIN SOLUTION
+    return _CopyToRegion.apply(x)
+    ### END SOLUTION
+
+
+def reduce_from_tp_region(x: torch.Tensor) -> torch.Tensor:
+    """The g operator: forward returns the sum of x over the ranks of the default group (one
+    dist.all_reduce, on a copy: the input is not modified); backward passes the gradient through
+    unchanged (the identity). Differentiable; x of any shape and floating dtype."""
+    ### BEGIN SOLUTION
+    return _ReduceFromRegion.apply(x)
+    ### END SOLUTION
+
+
+def gather_from_sequence_region(x: torch.Tensor) -> torch.Tensor:
+    """Forward: every rank's x (its chunk of the sequence, dimension 0) concatenated in rank order
+    along dimension 0, with one all-gather (dist.all_gather_single): a tensor of
+    p * x.shape[0] rows on every rank. Backward: the reduce-scatter of the gradient along
+    dimension 0 (dist.reduce_scatter_single): rank r's x.grad is the sum over ranks of rows
+    [r*n, (r+1)*n) of the output's gradient, n = x.shape[0]. Differentiable; x of any shape
+    with at least one dimension."""
+    ### BEGIN SOLUTION
+    return _GatherFromSequence.apply(x)
+    ### END SOLUTION
+
+
+def scatter_to_sequence_region(x: torch.Tensor) -> torch.Tensor:
+    """The reverse of gather_from_sequence_region. Forward: the sum of x over ranks, of which rank
+    r keeps rows [r*n, (r+1)*n) of dimension 0, n = x.shape[0] / p (one
+    dist.reduce_scatter_single; the input is not modified). Backward: the gradient's chunks of
+    all ranks gathered along dimension 0 (dist.all_gather_single), so x.grad has x's shape. x of
+    any shape with at least one dimension. Raises ValueError when x.shape[0] is not a multiple
+    of the world size."""
+    ### BEGIN SOLUTION
+    world_size = dist.get_world_size()
+    if x.shape[0] % world_size:
+        raise ValueError(
+            f"scatter_to_sequence_region: dimension 0 of a tensor of shape {tuple(x.shape)} does not "
+            f"split into {world_size} equal chunks"
+        )
+    return _ScatterToSequence.apply(x)
+    ### END SOLUTION
+
+
+### BEGIN SOLUTION
+def _all_gather_rows(x: torch.Tensor) -> torch.Tensor:
+    """Every rank's x stacked along dimension 0, in rank order."""
+    x = x.contiguous()
+    out = x.new_empty((dist.get_world_size() * x.shape[0], *x.shape[1:]))
+    dist.all_gather_single(out, x)
+    return out
+
+
+def _reduce_scatter_rows(x: torch.Tensor) -> torch.Tensor:
+    """This rank's chunk (dimension 0) of the sum of x over ranks."""
+    x = x.contiguous()
+    out = x.new_empty((x.shape[0] // dist.get_world_size(), *x.shape[1:]))
+    dist.reduce_scatter_single(out, x)
+    return out
+
+
+def _all_reduce(x: torch.Tensor) -> torch.Tensor:
+    out = x.clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(out)
+    return out
+
+
+class _CopyToRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return _all_reduce(grad)
+
+
+class _ReduceFromRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return _all_reduce(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+class _GatherFromSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return _all_gather_rows(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return _reduce_scatter_rows(grad)
+
+
+class _ScatterToSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return _reduce_scatter_rows(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return _all_gather_rows(grad)
+
+
+### END SOLUTION
+
+
+class CollectiveCounter:
+    """Given: counts, while it is on (`with CollectiveCounter() as counter:`), every collective
+    called through the torch.distributed module (`dist.all_reduce`, ...), as
+    counter.calls: a list of (kind, elements), kind one of "all_reduce", "all_gather",
+    "reduce_scatter", "other", elements the size of the whole (reduced or gathered) tensor.
+    Call the collectives as dist.<name> with `import torch.distributed as dist`: the grader
+    counts them that way (and reads the bytes each rank sends from the kernel besides)."""
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "all_reduce": "all_reduce",
+        "all_gather_into_tensor": "all_gather",
+        "all_gather_single": "all_gather",
+        "all_gather": "all_gather",
+        "reduce_scatter_tensor": "reduce_scatter",
+        "reduce_scatter_single": "reduce_scatter",
+        "reduce_scatter": "reduce_scatter",
+        "broadcast": "other",
+        "reduce": "other",
+        "all_to_all": "other",
+        "all_to_all_single": "other",
+        "gather": "other",
+        "scatter": "other",
+        "send": "other",
+        "recv": "other",
+        "isend": "other",
+        "irecv": "other",
+    }
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.originals: dict[str, object] = {}
+
+    def __enter__(self) -> CollectiveCounter:
+        for name, kind in self.KINDS.items():
+            original = getattr(dist, name)
+            self.originals[name] = original
+            setattr(dist, name, self._counting(name, kind, original))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, original in self.originals.items():
+            setattr(dist, name, original)
+
+    def _counting(self, name: str, kind: str, original):
+        def counting(*args, **kwargs):
+            self.calls.append((kind, _elements(name, args, kwargs)))
+            return original(*args, **kwargs)
+
+        return counting
+
+
+def _elements(name: str, args: tuple, kwargs: dict) -> int:
+    """The size of the whole tensor a collective reduces or gathers."""
+    values = [*args, *kwargs.values()]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    lists = [v for v in values if isinstance(v, list) and all(isinstance(t, torch.Tensor) for t in v)]
+    if name in ("all_gather", "reduce_scatter") and lists:
+        return sum(t.numel() for t in lists[0])
+    if name.endswith(("_into_tensor", "_tensor", "_single")) and len(tensors) >= 2:
+        return max(tensors[0].numel(), tensors[1].numel())
+    return tensors[0].numel() if tensors else 0
+
+
+def region_step(operator: str, x: torch.Tensor, grad_output: torch.Tensor) -> dict[str, object]:
+    """Given (the grader calls it on every rank): y = operator(x), operator the name of one of the
+    four functions above, then
+    y.backward(grad_output). Returns "output" (y), "grad" (x.grad), "input_after_forward" (x as
+    the forward left it) and the collectives counted in "forward" and in "backward"
+    (CollectiveCounter.calls)."""
+    regions = (copy_to_tp_region, reduce_from_tp_region, gather_from_sequence_region, scatter_to_sequence_region)
+    function = {f.__name__: f for f in regions}[operator]
+    x = x.clone().requires_grad_(True)
+    with CollectiveCounter() as forward:
+        y = function(x)
+    input_after_forward = x.detach().clone()
+    with CollectiveCounter() as backward:
+        y.backward(grad_output)
+    return {
+        "output": y.detach(),
+        "grad": x.grad,
+        "input_after_forward": input_after_forward,
+        "forward": forward.calls,
+        "backward": backward.calls,
+    }

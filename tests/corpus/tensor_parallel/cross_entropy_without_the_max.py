@@ -1,0 +1,30 @@
+"""vocab_parallel_cross_entropy takes exp() of the raw logits (no row max subtracted): right for
+logits of size 1, inf and NaN for logits of size 1e4."""
+
+# ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
+# target: vocab.py
+# select: cross_entropy_matches
+# fails: logits-of-1e4
+# kind:
+# message: losses.*expected
+
+class _UnshiftedCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, targets):
+        per_rank = logits.shape[-1]
+        local = targets - dist.get_rank() * per_rank
+        mine = (local >= 0) & (local < per_rank)
+        index = local.clamp(0, per_rank - 1).unsqueeze(-1)
+        target_logit = logits.gather(-1, index).squeeze(-1).masked_fill(~mine, 0.0)
+        dist.all_reduce(target_logit)
+        exp = logits.exp()  # the bug: overflows past about 709 in float64
+        sum_exp = exp.sum(dim=-1)
+        dist.all_reduce(sum_exp)
+        ctx.save_for_backward(exp / sum_exp.unsqueeze(-1), index.squeeze(-1), mine)
+        return sum_exp.log() - target_logit
+
+    backward = _VocabParallelCrossEntropy.backward
+
+
+def vocab_parallel_cross_entropy(logits_shard, targets):
+    return _UnshiftedCrossEntropy.apply(logits_shard, targets)

@@ -1,0 +1,82 @@
+"""Every performance (counted) check of module tensor_parallel, both ways: the reference passes it
+and a wasteful variant (tests/variants/tensor_parallel/) fails it while its results stay right.
+The counters are checked too: the reference's figures are not zero and sit where the lecture says
+(a blind counter would pass anything)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import build_variant, by_name, grade_json, module_results
+
+EQUAL = "test_parallel_block_matches_one_process"
+CALLS = "test_parallel_block_makes_two_collectives_of_sbh_each_way"
+BYTES = "test_parallel_block_sends_no_more_bytes_than_the_librarys_collectives"
+SAVED = "test_sequence_parallel_layernorms_save_1_over_p_of_the_bytes"
+LARGEST = "test_vocab_parallel_cross_entropy_never_holds_the_whole_logits"
+LOSS = "test_vocab_parallel_cross_entropy_matches_f_cross_entropy"
+
+
+def grade(tmp_path, variant: str, select: str) -> dict[str, dict]:
+    submission = build_variant("tensor_parallel", variant, tmp_path / "submission")
+    return by_name(grade_json(submission, "tensor_parallel", "--select", select, out=tmp_path / "r.json"))
+
+
+def assert_only_failing(tests: dict[str, dict], *failing: str) -> None:
+    """Tests whose name starts with one of `failing` failed; every other selected test passed."""
+    assert tests
+    for name, test in tests.items():
+        if name.startswith(failing):
+            assert test["status"] == "failed", name
+        else:
+            assert test["status"] == "passed", f"{name}: {test['output']}"
+
+
+@pytest.fixture(scope="module")
+def reference(solutions_results) -> dict[str, dict]:
+    return module_results(solutions_results, "tensor_parallel")
+
+
+def test_reference_makes_the_layers_collectives_and_sends_what_the_library_sends(reference):
+    for case in ("world=2-tp-mha", "world=2-sp-mha", "world=4-tp-gqa8x4", "world=4-sp-gqa8x4"):
+        for check in (CALLS, BYTES):
+            test = reference[f"{check}[{case}]"]
+            assert test["status"] == "passed", test["output"]
+        figures = reference[f"{BYTES}[{case}]"]["extra_data"]
+        # the kernel saw the layer's traffic: at least the ideal ring's bytes, at most the library's + slack
+        sent = figures["bytes_sent_per_rank"]
+        assert all(figures["ring_bytes_per_rank"] <= n <= figures["bytes_allowed"] for n in sent), figures
+
+
+def test_reference_layernorms_save_exactly_1_over_p_of_the_whole_sequence(reference):
+    for case, p in (("world=2-sp-mha", 2), ("world=4-sp-gqa8x4", 4)):
+        test = reference[f"{SAVED}[{case}]"]
+        assert test["status"] == "passed", test["output"]
+        figures = test["extra_data"]
+        assert figures["layernorm_saved_bytes_per_rank"] == [figures["whole_sequence_bytes"] // p] * p
+
+
+def test_reference_loss_holds_only_its_shard_of_the_logits(reference):
+    for p in (2, 4):
+        test = reference[f"{LARGEST}[{p}]"]
+        assert test["status"] == "passed", test["output"]
+        figures = test["extra_data"]
+        assert figures["largest_elements_per_rank"] == [figures["whole_logits_elements"] // p] * p
+
+
+def test_gathering_every_column_output_is_right_but_fails_the_counts_and_bytes(tmp_path):
+    tests = grade(tmp_path, "gather_every_column_output", f"{EQUAL} or {CALLS} or {BYTES}")
+    assert_only_failing(tests, CALLS, BYTES)
+    assert "1 all_gather of 3072 elements" in tests[f"{CALLS}[world=2-tp-mha]"]["output"]
+
+
+def test_layernorm_on_the_whole_sequence_is_right_but_fails_the_saved_bytes(tmp_path):
+    select = f"({EQUAL} or {CALLS} or {SAVED}) and sp"
+    tests = grade(tmp_path, "layernorm_on_the_whole_sequence", select)
+    assert_only_failing(tests, CALLS, SAVED)
+    assert "saved 17,408 bytes" in tests[f"{SAVED}[world=2-sp-mha]"]["output"]
+
+
+def test_gathering_the_logits_is_right_but_fails_the_largest_tensor(tmp_path):
+    tests = grade(tmp_path, "gather_the_logits", f"{LOSS} or {LARGEST}")
+    assert_only_failing(tests, LARGEST)
+    assert "a tensor of 16,384 elements" in tests[f"{LARGEST}[2]"]["output"]
