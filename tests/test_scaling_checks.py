@@ -112,3 +112,17 @@ def test_training_memory_model_states_are_module_zeros_formula(stage, dp, tp, pp
     psi = memory.parameter_count(cfg) / (tp * pp)
     want = zero.zero_memory_per_rank(psi, dp, stage, *memory.MODEL_STATE_BYTES[dtype])
     assert math.isclose(got["parameters"] + got["gradients"] + got["optimizer"], want, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("selective_recompute", [False, True], ids=["full-activations", "selective-recompute"])
+@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["tp", "tp+sp"])
+def test_activation_term_is_module_tensor_parallels_formula(sequence_parallel, selective_recompute):
+    """scaling's activation_bytes_per_layer and tensor_parallel's tp_activation_bytes are the same
+    formula (Korthikanti et al. 2022, table 2): equal on the paper's models at t = 1, 2, 4, 8."""
+    memory = _load("scaling", "memory.py")
+    tensor_parallel = _load("tensor_parallel", "memory.py")
+    models = [(2048, 4, 6144, 64), (2048, 1, 12288, 96), (2048, 1, 20480, 128), (4096, 2, 4096, 32)]
+    for s, b, h, a in models:
+        for t in (1, 2, 4, 8):
+            args = (s, b, h, a, t, sequence_parallel, selective_recompute)
+            assert memory.activation_bytes_per_layer(*args) == tensor_parallel.tp_activation_bytes(*args), args

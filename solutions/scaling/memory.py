@@ -53,11 +53,12 @@ def activation_bytes_per_layer(
     ):
         _check_positive_int(name, value)
     s, b, h, a, t = seq_len, micro_batch, d_model, num_heads, tp
-    scores = 0.0 if selective_recompute else 5 * a * s / h  # softmax input, output, dropout mask
+    # 5 a s^2 b: softmax input, output and dropout mask; integers until the one division by t.
+    scores = 0 if selective_recompute else 5 * a * s * s * b
     if sequence_parallel:
-        return s * b * h / t * (34 + scores)
+        return (34 * s * b * h + scores) / t
     # Without sequence parallelism the layer norms' and dropouts' 10 s b h bytes are replicated.
-    return s * b * h * (10 + 24 / t + scores / t)
+    return 10 * s * b * h + (24 * s * b * h + scores) / t
     ### END SOLUTION
 
 
