@@ -40,6 +40,9 @@ class Module:
     functions: dict[str, Function]
     time_limit_s: float
     memory_limit_mb: int
+    # Earlier modules whose answers this module's given code contains (serving's given paged
+    # cache is kv_cache's): publish this module only after their deadlines.
+    reveals: tuple[str, ...] = ()
 
     def function(self, name: str) -> Function:
         try:
@@ -102,7 +105,11 @@ def load_course(root: Path = COURSE_ROOT) -> Course:
             functions=functions,
             time_limit_s=float(entry.get("time_limit_s", defaults.get("time_limit_s", 30))),
             memory_limit_mb=int(entry.get("memory_limit_mb", defaults.get("memory_limit_mb", 4096))),
+            reveals=tuple(entry.get("reveals", [])),
         )
+        unknown = [name for name in module.reveals if name not in modules]
+        if unknown:
+            raise CourseError(f"module {module.name!r} reveals {unknown}: name modules listed before it")
         modules[module.name] = module
     return Course(
         title=data["course"]["title"],
