@@ -182,6 +182,22 @@ def build_variant(module: str, variant: str, root: Path) -> Path:
     return root
 
 
+def grade_variant(module: str, tmp_path: Path, variant: str, select: str, *options: str) -> dict[str, dict]:
+    """tests/variants/<module>/<variant>.py graded on the tests `select` picks: its results by name."""
+    submission = build_variant(module, variant, tmp_path / "submission")
+    return by_name(grade_json(submission, module, "--select", select, *options, out=tmp_path / "r.json"))
+
+
+def assert_only_failing(tests: dict[str, dict], *failing: str) -> None:
+    """Tests whose name starts with one of `failing` failed; every other selected test passed."""
+    assert tests, "no test was selected"
+    for name, test in tests.items():
+        if name.startswith(failing):
+            assert test["status"] == "failed", name
+        else:
+            assert test["status"] == "passed", f"{name}: {test['output']}"
+
+
 @pytest.fixture(scope="session")
 def solutions_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The reference solutions graded in full (public + hidden + performance)."""

@@ -8,7 +8,7 @@ both ways by the last test here, which needs a CUDA device: `make gpu-check` run
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT, build_variant, by_name, grade_json, module_results
+from conftest import ROOT, build_variant, by_name, grade_json, grade_variant, module_results
 
 MEMORY = "test_flash_attention_torch_never_materialises_the_score_matrix"
 CASES = {  # parametrization id -> (B*H*N*d of the inputs, B*H*Nq*Nk of the scores, B*H*64*Nk of a tile row)
@@ -65,9 +65,7 @@ def test_mla_reference_passes_the_absorbed_flops_check_at_the_latent_rate(soluti
 
 
 def test_mla_rebuilding_k_and_v_is_correct_but_fails_the_absorbed_flops_check(tmp_path):
-    submission = build_variant("attention", "mla_absorbed_rebuilds_kv", tmp_path / "submission")
-    select = "mla_absorbed_forward"
-    tests = by_name(grade_json(submission, "attention", "--select", select, out=tmp_path / "r.json"))
+    tests = grade_variant("attention", tmp_path, "mla_absorbed_rebuilds_kv", "mla_absorbed_forward")
     correct = {name: t for name, t in tests.items() if not name.startswith(MLA_FLOPS)}
     assert correct and all(t["status"] == "passed" for t in correct.values()), correct
     assert tests[MLA_FLOPS]["status"] == "failed", tests[MLA_FLOPS]

@@ -5,7 +5,7 @@ caches (a write through a shared block, leaked blocks, an error that changes the
 from __future__ import annotations
 
 import pytest
-from conftest import build_variant, by_name, grade_json, measured, module_results
+from conftest import build_variant, by_name, grade_json, grade_variant, measured, module_results
 
 FLOPS_GROWTH = "test_decode_step_attention_flops_grow_linearly_with_context"
 FLOPS_BOUND = "test_decode_step_flops_at_most_a_cached_step"
@@ -74,9 +74,7 @@ def test_paged_attention_reference_runs_the_same_operators_for_2_and_8_sequences
 
 
 def test_paged_attention_per_sequence_is_correct_but_fails_the_operator_count(tmp_path):
-    submission = build_variant("kv_cache", "paged_attention_per_sequence", tmp_path / "submission")
-    select = "paged_decode_attention"
-    tests = by_name(grade_json(submission, "kv_cache", "--select", select, out=tmp_path / "r.json"))
+    tests = grade_variant("kv_cache", tmp_path, "paged_attention_per_sequence", "paged_decode_attention")
     correct = {name: t for name, t in tests.items() if not name.startswith(PAGED_OPS)}
     assert len(correct) >= 3 and all(t["status"] == "passed" for t in correct.values()), correct
     assert tests[PAGED_OPS]["status"] == "failed", tests[PAGED_OPS]

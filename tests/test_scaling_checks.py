@@ -8,11 +8,12 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import build_variant, by_name, grade_json, module_results
+from conftest import grade_variant, module_results
 
 from grader.models.transformer_config import TransformerConfig
 
@@ -23,9 +24,7 @@ HFU = "test_hfu_counts_recomputation_and_mfu_does_not"
 PUBLISHED_FIT = "test_fit_recovers_the_published_parameters_where_least_squares_on_raw_loss_does_not"
 
 
-def grade(tmp_path: Path, variant: str, select: str) -> dict[str, dict]:
-    submission = build_variant("scaling", variant, tmp_path / "submission")
-    return by_name(grade_json(submission, "scaling", "--select", select, out=tmp_path / "r.json"))
+grade = partial(grade_variant, "scaling")  # grade(tmp_path, variant, select)
 
 
 @pytest.fixture(scope="module")

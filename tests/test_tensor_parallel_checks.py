@@ -5,8 +5,10 @@ The counters are checked too: the reference's figures are not zero and sit where
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
-from conftest import build_variant, by_name, grade_json, module_results
+from conftest import assert_only_failing, grade_variant, module_results
 
 EQUAL = "test_parallel_block_matches_one_process"
 CALLS = "test_parallel_block_makes_two_collectives_of_sbh_each_way"
@@ -16,19 +18,7 @@ LARGEST = "test_vocab_parallel_cross_entropy_never_holds_the_whole_logits"
 LOSS = "test_vocab_parallel_cross_entropy_matches_f_cross_entropy"
 
 
-def grade(tmp_path, variant: str, select: str) -> dict[str, dict]:
-    submission = build_variant("tensor_parallel", variant, tmp_path / "submission")
-    return by_name(grade_json(submission, "tensor_parallel", "--select", select, out=tmp_path / "r.json"))
-
-
-def assert_only_failing(tests: dict[str, dict], *failing: str) -> None:
-    """Tests whose name starts with one of `failing` failed; every other selected test passed."""
-    assert tests
-    for name, test in tests.items():
-        if name.startswith(failing):
-            assert test["status"] == "failed", name
-        else:
-            assert test["status"] == "passed", f"{name}: {test['output']}"
+grade = partial(grade_variant, "tensor_parallel")  # grade(tmp_path, variant, select)
 
 
 @pytest.fixture(scope="module")
