@@ -7,7 +7,7 @@ context."""
 # select: same_prefix
 # fails: same_prefix
 # kind:
-# message: follows the same prefix as in request 0
+# message: one request alone generates|follows the same prefix as in request 0
 
 
 def _own_tokens_keys(tokens, block_size, count):
