@@ -160,11 +160,11 @@ class Transformer(nn.Module):
 
 def make_model(variant: str, width: int) -> nn.Module:
     """Given: Transformer(width) for variant "transformer"; for "deep" (the model the grader
-    times), 8 Linear(width, width) layers each followed by tanh; else MLP(variant, width)."""
+    times), 32 Linear(width, width) layers each followed by tanh; else MLP(variant, width)."""
     if variant == "transformer":
         return Transformer(width)
     if variant == "deep":
-        return nn.Sequential(*(module for _ in range(8) for module in (nn.Linear(width, width), nn.Tanh())))
+        return nn.Sequential(*(module for _ in range(32) for module in (nn.Linear(width, width), nn.Tanh())))
     return MLP(variant, width)
 
 

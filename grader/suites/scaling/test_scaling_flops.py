@@ -28,9 +28,9 @@ TINY_GPT_CONFIGS = [
 
 
 def _seq_lens(*salt: object) -> list[int]:
-    """Three sequence lengths from 1 to 40 drawn from the run's seed: two even, one odd."""
+    """Three distinct sequence lengths from 1 to 40 drawn from the run's seed: two even, one odd."""
     gen = generator("scaling-seq", *salt)
-    even = (2 * torch.randint(1, 21, (2,), generator=gen)).tolist()
+    even = (2 * (torch.randperm(20, generator=gen)[:2] + 1)).tolist()
     return [*even, 2 * int(torch.randint(0, 20, (1,), generator=gen)) + 1]
 
 

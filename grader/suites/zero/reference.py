@@ -63,7 +63,7 @@ def make_model(variant: str) -> nn.Module:
     if variant == "transformer":
         return Transformer()
     if variant == "deep":
-        return nn.Sequential(*(module for _ in range(8) for module in (nn.Linear(WIDTH, WIDTH), nn.Tanh())))
+        return nn.Sequential(*(module for _ in range(32) for module in (nn.Linear(WIDTH, WIDTH), nn.Tanh())))
     return MLP(variant)
 
 

@@ -6,7 +6,7 @@
 - DDP communication, counted through dist.all_reduce by the given train_ddp: every gradient
   element once per step, in no more calls than the docstring's buckets (reference.py's
   greedy_buckets), and at least one call issued before loss.backward() returns (overlap).
-- DDP time: the given train_ddp on the "deep" model (8 layers, 16 parameters, one bucket),
+- DDP time: the given train_ddp on the "deep" model (32 layers, 64 parameters, one bucket),
   TIME_STEPS steps on 2 ranks, timed by the grader (wall time of the whole call, construction
   included) against the same training with torch.nn.parallel.DistributedDataParallel in a
   trusted world, rounds interleaved.
@@ -131,10 +131,11 @@ def test_sharded_optimizer_keeps_a_1_over_p_share_of_the_state(submission, world
 
 
 TIME_STEPS = 20
-# Measured on the course's 2-core machine, busy: the reference DDP 0.9-1.4x torch's DDP (one
-# bucket; its constructor broadcasts each parameter), all-reducing each of the 16 parameters
-# synchronously from its hook 7.8x (tests/test_zero_checks.py). 3x leaves a factor of 2 on
-# each side.
+# Measured on the course's 2-core machine, quiet: the reference DDP 1.1-1.2x torch's DDP (one
+# bucket; its constructor broadcasts each parameter), all-reducing each of the 64 parameters
+# synchronously from its hook 7.6-7.8x (tests/test_zero_checks.py). 3x leaves a factor of 2.5
+# on each side. With 8 layers (16 parameters) that variant measured only 3.2x: the model is
+# deep so that the cost of a call per parameter dominates the step.
 TIME_RATIO_LIMIT = 3.0
 
 
