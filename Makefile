@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install --quiet --upgrade pip
 	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"; fi
 	@# uv resolves and installs the rest in seconds where pip takes a minute; pip if uv fails.
+	@# --compile-bytecode writes the .pyc files pip would: without them, where
+	@# PYTHONDONTWRITEBYTECODE is set, every process compiles pytest, numpy, ... again. uv's
+	@# compiling interpreter obeys that variable too, hence it is emptied (which unsets it).
 	@$(BIN)/python -m pip install --quiet uv \
-		&& $(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[dev]" \
+		&& PYTHONDONTWRITEBYTECODE= $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[dev]" \
 		|| $(BIN)/python -m pip install --quiet -e ".[dev]"
 	@touch $(STAMP)
 
