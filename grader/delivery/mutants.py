@@ -50,7 +50,6 @@ from pathlib import Path
 from queue import Queue
 from typing import Any
 
-import grader.testing
 from grader.course import COURSE_ROOT, Course, load_course
 from grader.delivery.mutation_operators import Mutant, mutants
 from grader.results import PASSED, SKIPPED
@@ -188,6 +187,8 @@ class Result:
 @contextmanager
 def _run_seed(seed: int) -> Iterator[None]:
     """Grade with a fixed seed (unless GRADER_SEED pins one), so that a rerun draws the same inputs."""
+    import grader.testing  # torch: imported by the commands that grade, not by every command line
+
     saved = grader.testing.RUN_SEED
     if "GRADER_SEED" not in os.environ:
         grader.testing.RUN_SEED = seed
