@@ -35,17 +35,18 @@ def test_reference_passes_every_perf_check_and_the_counter_is_not_blind(referenc
 @pytest.mark.timed
 def test_recomputing_every_step_is_correct_but_fails_flops_and_time(tmp_path):
     submission = build_variant("kv_cache", "recompute_every_step", tmp_path / "submission")
-    select = "flops or tokens_per_second or greedy"
+    select = "flops or tokens_per_second or cached_greedy"  # one greedy test: correct output
     tests = by_name(grade_json(submission, "kv_cache", "--select", select, out=tmp_path / "r.json"))
-    for name, test in tests.items():
-        if "greedy" in name:
-            assert test["status"] == "passed", f"{name}: {test['output']}"
+    greedy = [name for name in tests if "greedy" in name]
+    assert greedy, "no greedy test was graded"
+    for name in greedy:
+        assert tests[name]["status"] == "passed", f"{name}: {tests[name]['output']}"
     for name in (FLOPS_GROWTH, FLOPS_BOUND, SPEED):
         assert tests[name]["status"] == "failed", name
     assert tests[FLOPS_GROWTH]["extra_data"]["attention_flops_growth"] > 2.6
     assert tests[FLOPS_BOUND]["extra_data"]["decode_flops_ratio"] > 50
     assert "feed only the new token" in tests[FLOPS_GROWTH]["output"]
-    assert measured(tests[SPEED])["extra_data"]["speedup_vs_recomputation"] < 1.5
+    assert measured(tests[SPEED])["extra_data"]["speedup_vs_recomputation"] < 2  # the limit: failed by its ratio
 
 
 @pytest.mark.parametrize(

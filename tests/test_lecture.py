@@ -3,10 +3,10 @@ lecture, the figures the lecture embeds exist, and the figure scripts run."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -37,26 +37,30 @@ SCRIPTS = sorted((ROOT / "lectures" / "scripts").glob("*_figures.py"))
 
 
 @prefetched
-def run_figure_scripts(folder: Path) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
-    """Every figure script, writing into a folder of its own, two at a time."""
-
-    def run(script: Path) -> tuple[subprocess.CompletedProcess, Path]:
+def run_figure_scripts(folder: Path) -> dict[str, tuple[int, str, Path]]:
+    """Every figure script as `python SCRIPT --out DIR` runs it, into a folder of its own:
+    (exit status, what it printed, the folder). tests/run_scripts.py forks each from one process
+    that imports matplotlib and torch once, not once per script."""
+    plan = []
+    for script in SCRIPTS:
         out = folder / script.stem
         out.mkdir()
-        command = [sys.executable, str(script), "--out", str(out)]
-        return subprocess.run(command, capture_output=True, text=True, timeout=120), out
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip((s.name for s in SCRIPTS), pool.map(run, SCRIPTS)))
+        plan.append({"script": str(script), "args": ["--out", str(out)], "log": str(folder / f"{script.stem}.log")})
+    (folder / "plan.json").write_text(json.dumps(plan))
+    command = [sys.executable, str(ROOT / "tests" / "run_scripts.py"), str(folder / "plan.json")]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, f"tests/run_scripts.py failed:\n{completed.stderr[-3000:]}"
+    codes = {Path(line["script"]).name: line["returncode"] for line in map(json.loads, completed.stdout.splitlines())}
+    return {s.name: (codes[s.name], (folder / f"{s.stem}.log").read_text(), folder / s.stem) for s in SCRIPTS}
 
 
 @pytest.fixture(scope="module")
-def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
+def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, Path]]:
     return run_figure_scripts(tmp_path_factory)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_figure_script_runs(script, figures):
-    completed, out = figures[script.name]
-    assert completed.returncode == 0, completed.stderr
-    assert list(out.glob("*.png"))
+    returncode, printed, out = figures[script.name]
+    assert returncode == 0, f"{script.name} exited {returncode}:\n{printed[-3000:]}"
+    assert list(out.glob("*.png")), f"{script.name} wrote no figure"
