@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
 import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jupytext
+import nbclient
 import nbformat
 import pytest
 from conftest import ROOT, prefetched
@@ -19,30 +18,37 @@ from grader.course import load_course
 
 MODULES = list(load_course().modules)
 AT_ONCE = 2  # notebooks executed together: each mostly waits on its kernel and workers starting
-EXECUTE = """
-import sys, nbclient, nbformat
-notebook = nbformat.read(sys.argv[1], as_version=4)
-resources = {"metadata": {"path": sys.argv[2]}}
-nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3", resources=resources).execute()
-nbformat.write(notebook, sys.argv[3])
-"""
 
 
-def _execute(module: str, folder: Path) -> tuple[str, Path]:
-    """Run assignments/<module>/<module>.ipynb with nbclient in a process of its own, the kernel
-    grading against the solutions; (what went wrong, or "", the executed notebook)."""
+async def _execute(module: str, folder: Path, at_once: asyncio.Semaphore) -> tuple[str, Path]:
+    """Run assignments/<module>/<module>.ipynb with nbclient in a kernel of its own, grading
+    against the solutions; (what went wrong, or "", the executed notebook)."""
     path = ROOT / "assignments" / module / f"{module}.ipynb"
     out = folder / f"{module}.ipynb"
-    env = {**os.environ, "GRADER_SUBMISSION": str(ROOT / "solutions")}
-    command = [sys.executable, "-c", EXECUTE, str(path), str(path.parent), str(out)]
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    return ("" if completed.returncode == 0 else completed.stderr[-3000:]), out
+    notebook = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    failure = ""
+    async with at_once:
+        try:
+            await client.async_execute(env={**os.environ, "GRADER_SUBMISSION": str(ROOT / "solutions")})
+        except Exception as error:  # a cell's error, a dead kernel or a timeout: the test shows it
+            failure = f"{type(error).__name__}: {error}"[-3000:]
+    nbformat.write(notebook, out)
+    return failure, out
 
 
 @prefetched
 def execute_every_notebook(folder: Path) -> dict[str, tuple[str, Path]]:
-    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
-        return dict(zip(MODULES, pool.map(lambda m: _execute(m, folder), MODULES)))
+    """Every notebook, AT_ONCE at a time, driven from this process (one event loop, a kernel
+    process per notebook), not from a Python process of its own per notebook."""
+
+    async def every() -> list[tuple[str, Path]]:
+        at_once = asyncio.Semaphore(AT_ONCE)
+        return await asyncio.gather(*(_execute(module, folder, at_once) for module in MODULES))
+
+    return dict(zip(MODULES, asyncio.run(every())))
 
 
 @pytest.fixture(scope="module")
