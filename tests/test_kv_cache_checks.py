@@ -18,8 +18,7 @@ def reference(solutions_results) -> dict:
     return module_results(solutions_results, "kv_cache")
 
 
-@pytest.mark.timed
-def test_reference_passes_every_perf_check_and_the_counter_is_not_blind(reference):
+def test_reference_passes_every_counted_check_and_the_counter_is_not_blind(reference):
     for name in (FLOPS_GROWTH, FLOPS_BOUND, RANDOM_PROGRAMS):
         assert reference[name]["status"] == "passed", f"{name}: {reference[name]['output']}"
     data = reference[FLOPS_GROWTH]["extra_data"]
@@ -27,7 +26,11 @@ def test_reference_passes_every_perf_check_and_the_counter_is_not_blind(referenc
     assert 1.95 <= data["attention_flops_growth"] <= 2.05, data
     assert min(data["decode_flops"].values()) > 100_000, "a decode step of TinyGPT is ~0.26 MFLOP"
     assert reference[FLOPS_BOUND]["extra_data"]["decode_flops_ratio"] <= 1.0
-    speed = measured(reference[SPEED])
+
+
+@pytest.mark.timed
+def test_reference_generates_at_least_2x_faster_than_recomputation(reference_timed_results):
+    speed = measured(by_name(reference_timed_results)[SPEED])
     assert speed["status"] == "passed", speed["output"]
     assert speed["extra_data"]["speedup_vs_recomputation"] >= 2
 
