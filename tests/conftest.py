@@ -5,7 +5,7 @@ The session runs in two lanes, so that it fits CI's time on two cores without a 
 ever being judged on a machine the tests themselves keep busy:
 - first, alone: the tests that read a timed verdict (marked `timed`, among them the reference's
   timed checks graded on their own, `reference_timed_results`), then the corpus (which loads the
-  machine itself, and grades its timed cases alone at the end), beside which the solutions are
+  machine itself, and grades its timed cases alone first), beside which the solutions are then
   graded in full (`solutions_results`: its timed checks mostly give no verdict there, and the
   tests read the quiet verdicts instead);
 - then the rest, while heavy fixtures of theirs that only run the tools (nbgrader's round trip,
@@ -76,12 +76,17 @@ def prefetched(function: Callable[[Path], Any]) -> Callable[[pytest.TempPathFact
     return get
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    if _lane(item) >= 1 and not _SOLUTIONS:  # the timed lane is over: grade the solutions beside the rest
-        factory = item.config._tmp_path_factory
+def grade_the_solutions_in_the_background(factory: pytest.TempPathFactory) -> None:
+    """Start the solutions' full grading (solutions_results) in a thread of its own, once: the
+    corpus starts it after its timed cases, the last lane if the corpus is not run."""
+    if not _SOLUTIONS:
         _SOLUTIONS.append(_BESIDE_THE_CORPUS.submit(_grade_solutions, factory.mktemp("solutions")))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
     if _lane(item) < 2 or any(future for _, future in _PREFETCHED.values()):
         return
+    grade_the_solutions_in_the_background(item.config._tmp_path_factory)
     factory = item.config._tmp_path_factory  # the session's tmp_path_factory, from a hook
     wanted = {test.path.stem for test in item.session.items}
     for key, (job, _) in _PREFETCHED.items():
@@ -221,7 +226,7 @@ def _grade_solutions(folder: Path) -> dict:
 @pytest.fixture(scope="session")
 def solutions_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The reference solutions graded in full (public + hidden + performance), beside the corpus
-    (started by pytest_runtest_setup): its timed checks may give no verdict, see
+    (grade_the_solutions_in_the_background): its timed checks may give no verdict, see
     reference_timed_results for theirs."""
     if _SOLUTIONS:
         return _SOLUTIONS[0].result()

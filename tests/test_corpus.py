@@ -20,7 +20,7 @@ Every case is graded once. The cases of a module are graded one after another in
 process (sharing its imports and its zygote), a few modules at a time; each such process first
 grades the reference on the same tests and sets no call's time limit below a few times the
 reference's slowest test, so that a case's short limit grows with the machine's load instead of
-failing a correct call on a busy machine. Cases graded on timed checks run afterwards, alone:
+failing a correct call on a busy machine. Cases graded on timed checks run first, alone:
 a busy machine gives a timed check no verdict (grader/perf.py). The tests then prove that the
 grader finished and reported (in every output format), failed exactly what the case breaks with
 a message a student understands (so no cheat gains a point), and left no process or file behind.
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import TIMED_SELECT
+from conftest import TIMED_SELECT, grade_the_solutions_in_the_background
 
 from grader.report import FORMATS, render
 from grader.results import PASSED, SKIPPED, UNMEASURED, GradeReport
@@ -215,13 +215,11 @@ def _share(batches: list[list[Case]], processes: int) -> list[list[list[Case]]]:
 
 
 @pytest.fixture(scope="module")
-def graded(
-    tmp_path_factory: pytest.TempPathFactory, scratch: Path, request: pytest.FixtureRequest
-) -> dict[str, Graded]:
-    """Every case graded, and the reference's timed checks PERF_RUNS - 1 times under load: one
-    grading process per worker slot runs one reference run, then its share of module batches
-    (each calibrated first); the timed cases follow in one process of their own, alone, once the
-    solutions' full grading (which runs beside the corpus, conftest.py) has finished too."""
+def graded(tmp_path_factory: pytest.TempPathFactory, scratch: Path) -> dict[str, Graded]:
+    """Every case graded, and the reference's timed checks PERF_RUNS - 1 times under load. First
+    the timed cases, in one process of their own, alone; then one grading process per worker
+    slot runs one reference run and its share of module batches (each calibrated first), while
+    the solutions' full grading starts beside them (conftest.py)."""
     env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("GRADER_SEED", None)
     folders = {case.id: tmp_path_factory.mktemp(case.name) for case in CASES}
@@ -243,13 +241,13 @@ def graded(
 
     shares = _share(_batches([c for c in CASES if not c.timed]), WORKERS)
     started, cpu_before = time.monotonic(), _children_cpu_s()
-    results: dict[str, Graded] = {}
+    results = run("timed", False, _batches([c for c in CASES if c.timed]), False)  # alone: quiet
+    grade_the_solutions_in_the_background(tmp_path_factory)  # beside the rest (conftest.py)
+    loaded = time.monotonic()
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         for done in pool.map(lambda i: run(f"perf{i}", i < PERF_RUNS - 1, shares[i], True), range(WORKERS)):
             results.update(done)
-    under_load = time.monotonic() - started
-    request.getfixturevalue("solutions_results")  # graded beside the corpus (conftest): done first
-    results.update(run("timed", False, _batches([c for c in CASES if c.timed]), False))  # alone: quiet
+    under_load = time.monotonic() - loaded
     processes = {(g.seconds, g.returncode): name for name, g in results.items() if name.startswith("perf")}
     print(
         f"\ncorpus: {len(CASES)} cases and {PERF_RUNS - 1} reference performance runs graded in "
