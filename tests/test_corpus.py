@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import TIMED_SELECT, grade_the_solutions_in_the_background
+from conftest import TIMED_CHECKS, TIMED_SELECT, grade_the_solutions_in_the_background
 
 from grader.report import FORMATS, render
 from grader.results import PASSED, SKIPPED, UNMEASURED, GradeReport
@@ -64,7 +64,6 @@ CASES_PER_BATCH = 8  # cases calibrated by one grading of the reference
 PROCESS_TIMEOUT_S = 900.0  # one grading process: a safety net far above the slowest (~100 s)
 WORKERS = 4  # grading processes at once, each with one reference run: hung calls overlap well
 PERF_RUNS = 3  # gradings of the reference's timed checks (the last: reference_timed_results, alone)
-TIMED = ("time_within", "at_least_2x")  # the names of timed checks (conftest.TIMED_SELECT)
 HEADER = re.compile(r"^# (target|select|fails|kind|message|score|base|time-limit|needs|append): ?(.*)$")
 
 
@@ -95,7 +94,7 @@ class Case:
     @property
     def timed(self) -> bool:
         """Whether the case is graded on a timed check (which needs a quiet machine)."""
-        return any(word in self.select for word in TIMED)
+        return any(word in self.select for word in TIMED_CHECKS)
 
 
 def load_case(path: Path) -> Case:
