@@ -109,6 +109,7 @@ def submission(request: pytest.FixtureRequest, course: Course, device: str) -> S
             echo=not config.getoption("grading"),
             time_limit_s=1e9 if config.getoption("no_timeout") else config.getoption("time_limit"),
         )
+    cache[name].case = request.node.name  # named in the report of a call that hangs or crashes
     return cache[name]
 
 

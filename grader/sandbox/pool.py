@@ -6,7 +6,10 @@ wall time from GO to the last reply, and the bytes each rank wrote (the kernel's
 /proc/<pid>/io, less what the rank printed and its reply to the grader). `wchar` counts the
 write/writev family, which gloo's TCP transport uses; a raw socket.send would not be counted.
 When a call hangs or a rank dies, the stack of every rank is taken with faulthandler before the
-world is killed; the next call starts a fresh world.
+world is killed; the next call starts a fresh world. A world of ranks in which every rank still
+running is blocked in communication, with no byte moving, is a deadlock: it is stopped after
+about a second (grader/sandbox/deadlock.py), long before the time limit, which stays for loops
+that compute forever.
 
 Nothing a world starts outlives it: workers run in a temporary folder of their own (their working
 folder, removed with the world), each in a session of its own (killed as a process group), and
@@ -31,8 +34,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from grader.sandbox.deadlock import POLL_S, STILL_S, Deadlock, in_communication, io_bytes
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
+from grader.sandbox.commlog import read as read_comm_line
 from grader.sandbox.stacks import where
 from grader.sandbox.zygote import ForkedProcess, ZygoteError, zygote_for
 
@@ -141,7 +146,8 @@ class WorkerProcess:
         self.log_path = workdir / f"rank{rank}.log"
         self.stack_path = workdir / f"rank{rank}.stacks"
         self.stack_path.touch()
-        options = {**options, "rank": rank, "stack_file": str(self.stack_path)}
+        self.comm_path = workdir / f"rank{rank}.comm"
+        options = {**options, "rank": rank, "stack_file": str(self.stack_path), "comm_file": str(self.comm_path)}
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         try:
@@ -204,6 +210,12 @@ class WorkerProcess:
         except OSError:
             return 0
 
+    def stack_size(self) -> int:
+        try:
+            return self.stack_path.stat().st_size
+        except OSError:
+            return 0
+
     def new_output(self) -> str:
         """What the worker printed since the last call: its last OUTPUT_READ_LIMIT bytes."""
         size = self.log_size()
@@ -222,6 +234,16 @@ class WorkerProcess:
         if self.process.poll() is None:
             with contextlib.suppress(OSError):
                 os.kill(self.process.pid, signal.SIGUSR1)
+
+    def stack_now(self, wait_s: float = STACK_DUMP_WAIT_S) -> str:
+        """Ask for the stack of every thread and wait (at most `wait_s`) until it is written."""
+        before = self.stack_size()
+        self.dump_stack()
+        deadline = time.monotonic() + wait_s
+        while self.stack_size() == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.02)  # faulthandler writes a dump in several pieces
+        return self.new_stacks()
 
     def new_stacks(self) -> str:
         with open(self.stack_path, "rb") as dump:
@@ -248,6 +270,19 @@ class WorkerProcess:
         self.process.wait()
         self.requests.close()
         self.replies.close()
+
+
+def deadlock_summary(function: str, deadlock: Deadlock, size: int) -> str:
+    """The first line of a deadlock's report: who waits, who returned, how long nothing moved."""
+    hung = sorted(deadlock.stacks)
+    who = "every rank" if len(hung) == size else f"rank{'s' if len(hung) > 1 else ''} " + ", ".join(map(str, hung))
+    text = (
+        f"{function} deadlocked: {who} waited in a communication call and no rank moved a byte "
+        f"for {deadlock.still_s:.1f} s"
+    )
+    if deadlock.returned:
+        text += f" (rank{'s' if len(deadlock.returned) > 1 else ''} {', '.join(map(str, deadlock.returned))} had already returned)"
+    return text + "; where each rank was:"
 
 
 def _tail(text: str, lines: int = 12) -> str:
@@ -293,6 +328,7 @@ class World:
             self.close()
             raise
         self.alive = True
+        self.deadlock: Deadlock | None = None  # what the last call's deadlock looked like, if it had one
         self._await_ready()
 
     def _await_ready(self) -> None:
@@ -303,18 +339,30 @@ class World:
             raise SubmissionError("start", "", f"the grader's workers did not start:\n{logs}")
 
     def _collect(
-        self, workers: list[WorkerProcess], deadline: float, grace_on_error: bool = False
+        self, workers: list[WorkerProcess], deadline: float, grace_on_error: bool = False, watch: bool = False
     ) -> tuple[dict[int, tuple[Any, int]], list[WorkerProcess]]:
         """Replies by rank (message, framed size) until all answered or the deadline; and the
-        workers whose pipe closed (the process died)."""
+        workers whose pipe closed (the process died). With `watch`, a deadlock among the ranks
+        that have not replied ends the wait early and is left in self.deadlock."""
         pending = {w.replies: w for w in workers}
         replies: dict[int, tuple[Any, int]] = {}
         dead: list[WorkerProcess] = []
+        moved, still_since = self._io_total(), time.monotonic()
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            for conn in wait(list(pending), timeout=remaining):
+            ready = wait(list(pending), timeout=min(remaining, POLL_S) if watch else remaining)
+            if watch and not ready and not dead:
+                now, total = time.monotonic(), self._io_total()
+                if total != moved:
+                    moved, still_since = total, now
+                elif now - still_since >= STILL_S:
+                    self.deadlock = self._deadlock(list(pending.values()), replies, now - still_since)
+                    if self.deadlock is not None:
+                        break
+                    moved, still_since = self._io_total(), time.monotonic()  # the dumps wrote bytes
+            for conn in ready:
                 worker = pending.pop(conn)
                 try:
                     payload = conn.recv_bytes()
@@ -331,6 +379,21 @@ class World:
                 if grace_on_error and message[0] == "error":
                     deadline = min(deadline, time.monotonic() + GRACE_AFTER_ERROR_S)
         return replies, dead
+
+    def _io_total(self) -> int:
+        return sum(io_bytes(w.process.pid) for w in self.workers)
+
+    def _deadlock(
+        self, hung: list[WorkerProcess], replies: dict[int, tuple[Any, int]], still_s: float
+    ) -> Deadlock | None:
+        """A Deadlock when every rank in `hung` is blocked in a communication call, else None."""
+        stacks = {}
+        for worker in hung:
+            stacks[worker.rank] = worker.stack_now()
+            if not in_communication(stacks[worker.rank], self.submission):
+                return None
+        lines = {w.rank: read_comm_line(w.comm_path) for w in hung}
+        return Deadlock(stacks, lines, sorted(replies), still_s)
 
     def call(self, requests: list[dict[str, Any]], time_limit: float, function: str) -> CallResult:
         """Run one request per rank; raise SubmissionError (after cleaning up) on any failure."""
@@ -351,17 +414,23 @@ class World:
 
         written_before = [w.bytes_written() for w in self.workers]
         logged_before = [w.log_size() for w in self.workers]
+        dumped_before = [w.stack_size() for w in self.workers]
+        self.deadlock = None
         busy_before, ours_before = machine_busy_s(), self._our_cpu_s()
         start = time.perf_counter()
         for worker in self.workers:
             worker.send(GO)
         deadline = time.monotonic() + time_limit
-        replies, dead = self._collect(self.workers, deadline, grace_on_error=True)
+        replies, dead = self._collect(self.workers, deadline, grace_on_error=True, watch=self.distributed)
         seconds = time.perf_counter() - start
         others_cpu_s = (machine_busy_s() - busy_before) - (self._our_cpu_s() - ours_before)
         bytes_sent = [
-            w.bytes_written() - before - (w.log_size() - logged) - (replies[w.rank][1] if w.rank in replies else 0)
-            for w, before, logged in zip(self.workers, written_before, logged_before)
+            w.bytes_written()
+            - before
+            - (w.log_size() - logged)
+            - (w.stack_size() - dumped)
+            - (replies[w.rank][1] if w.rank in replies else 0)
+            for w, before, logged, dumped in zip(self.workers, written_before, logged_before, dumped_before)
         ]
         printed = [w.new_output() for w in self.workers]
         errors = {r: m[1] for r, (m, _) in replies.items() if m[0] == "error"}
@@ -403,10 +472,14 @@ class World:
         """Describe the failure from the student's point of view, clean up, and raise."""
         label = (lambda r: f"rank {r}: ") if self.size > 1 else (lambda r: "")
         hung = [w for w in self.workers if w.rank not in replies and w not in dead]
+        deadlock = self.deadlock
+        seen = deadlock.stacks if deadlock else {}
         for worker in hung:
-            worker.dump_stack()
-        if hung or dead:
+            if worker.rank not in seen:
+                worker.dump_stack()
+        if dead or any(w.rank not in seen for w in hung):
             time.sleep(STACK_DUMP_WAIT_S)
+        stacks = {w.rank: seen.get(w.rank) or w.new_stacks() for w in hung}
         lines: list[str] = []
         exception_type, step = "", None
         if dead:
@@ -426,6 +499,9 @@ class World:
             if "\n" in message:
                 message = "\n" + textwrap.indent(message, "  ")
             lines.append(f"{who}: {message}" if who else message.lstrip("\n"))
+        elif deadlock is not None:
+            kind = "deadlock"
+            lines.append(deadlock_summary(function, deadlock, self.size))
         else:
             kind = "timeout"
             what = f"{function} did not finish within {time_limit:g} s"
@@ -433,11 +509,15 @@ class World:
                 what += f" ({phase} the submission's files)"
             lines.append(what + ("; where each rank was:" if self.size > 1 else "; it was at:"))
         if hung:
-            if kind != "timeout":
+            if kind not in ("timeout", "deadlock"):
                 lines.append("and these ranks were left waiting (stuck on the failed rank?):")
             for worker in hung:
-                lines.append(f"  {label(worker.rank)}{where(worker.new_stacks(), self.submission)}")
-        if printed and kind in ("crash", "timeout") and any(p.strip() for p in printed):
+                line = f"  {label(worker.rank)}{where(stacks[worker.rank], self.submission)}"
+                waiting = deadlock.comm_lines.get(worker.rank) if deadlock else ""
+                lines.append(line + (f"\n      {waiting}" if waiting else ""))
+        if deadlock is not None and (cycle := deadlock.cycle_text()):
+            lines.append(f"the cycle: {cycle}")
+        if printed and kind in ("crash", "timeout", "deadlock") and any(p.strip() for p in printed):
             for rank, text in enumerate(printed):
                 if text.strip():
                     lines.append(f"{label(rank)}last output:\n{_tail(text)}")

@@ -18,12 +18,16 @@ hidden suites or the reference solutions (grader/sandbox/landlock.py).
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
+import pickle
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from grader.course import COURSE_ROOT, Function, Module
 from grader.sandbox.errors import SubmissionError
@@ -151,6 +155,36 @@ def _remembered_as(step: dict[str, Any], module: Module) -> str:
     return step["shown_as"]
 
 
+def _with_case(error: SubmissionError, case: str) -> SubmissionError:
+    named = SubmissionError(error.kind, error.function, error.message + case, error.exception_type)
+    named.printed, named.step = error.printed, error.step
+    return named
+
+
+def _digest(resolved: list[list[dict[str, Any]]]) -> str:
+    """A fingerprint of a call: every rank's steps with their arguments."""
+    calls = [[(s["target"], s["args"], s["kwargs"], s["save_as"]) for s in steps] for steps in resolved]
+    return hashlib.sha1(pickle.dumps(calls, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+
+
+def describe_arguments(args: Sequence[Any], kwargs: dict[str, Any], limit: int = 160) -> str:
+    """`(float32[4, 8], 2, causal=True)`: a call's arguments, tensors by dtype and shape."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, torch.Tensor):
+            return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        if isinstance(value, (list, tuple)) and len(value) > 4:
+            return f"{type(value).__name__} of {len(value)}"
+        if isinstance(value, (list, tuple)):
+            inner = ", ".join(shown(v) for v in value)
+            return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    text = ", ".join([*(shown(a) for a in args), *(f"{k}={shown(v)}" for k, v in kwargs.items())])
+    return f"({text if len(text) <= limit else text[: limit - 3] + '...'})"
+
+
 class Submission:
     """One module of one submission (a folder of the student's files), run only in workers."""
 
@@ -174,10 +208,13 @@ class Submission:
         hidden = hidden_folders(self.directory)
         self._worlds = _Worlds(self.directory, device, module.memory_limit_mb, forbidden, hidden)
         self._refusal: str | None = None  # why the code is refused, once the files were read
-        # (function, world size) -> why it is not run again: a call that hung or crashed once
-        # is not retried at that world size, which keeps the grading time of a broken
-        # submission bounded by (functions x world sizes) time limits.
-        self._broken: dict[tuple[str, int], SubmissionError] = {}
+        # Why a call is not run again. A deadlock or a crash costs only its own case: the very
+        # same call (function, world size, arguments) is not run again, any other call gets a
+        # fresh world. A call that ran out of time (computing, not communicating: a deadlock
+        # is found in about a second) is not retried at that world size, which keeps the
+        # grading time of an infinite loop bounded by (functions x world sizes) time limits.
+        self._broken: dict[tuple[str, int, str], SubmissionError] = {}
+        self.case = ""  # the test now running (set by the pytest plugin), named in failures
         self._imported: set[str] = set()  # files a worker has imported without error
         self._given: dict[str, str] | None = None
 
@@ -242,9 +279,10 @@ class Submission:
             self._refusal = reaches_into_the_grader(self.directory, self.module.files) or ""
         if self._refusal:
             raise SubmissionError("forbidden", resolved[0][0]["shown_as"], self._refusal)
-        key = (first, len(resolved))
-        if key in self._broken:
-            raise self._broken[key]
+        digest = _digest(resolved)
+        for key in ((first, len(resolved), digest), (first, len(resolved), "")):
+            if key in self._broken:
+                raise self._broken[key]
         if (stub := self._known_stub(resolved[0][0])) is not None:
             raise self._explain(SubmissionError("not_implemented", first, stub), resolved[0])
         requests = [{"op": "call", "steps": steps, "return_args": return_args} for steps in resolved]
@@ -256,11 +294,9 @@ class Submission:
         except SubmissionError as error:
             if error.kind in IMPORTED_BEFORE_FAILING:
                 self._imported |= files
-            if error.kind in ("timeout", "crash"):
-                verb = "hung" if error.kind == "timeout" else "crashed"
-                where = f" at world size {len(requests)}" if distributed else ""
-                message = f"not run: {first} {verb}{where} earlier in this run (see the first failure)"
-                self._broken[key] = SubmissionError(error.kind, first, message)
+            if error.kind in ("timeout", "deadlock", "crash"):
+                self._remember(error, first, len(requests), digest if error.kind != "timeout" else "", distributed)
+                error = _with_case(error, self._case_line(resolved))
             if self.echo:
                 self._echo(error.printed)
             raise self._explain(error, resolved[0]) from None
@@ -268,6 +304,26 @@ class Submission:
         if self.echo:
             self._echo(result.printed)
         return result
+
+    def _remember(self, error: SubmissionError, first: str, size: int, digest: str, distributed: bool) -> None:
+        """Refuse to run this call again (every call of `first` at this size if `digest` is "")."""
+        verb = {"timeout": "ran past its time limit", "deadlock": "deadlocked", "crash": "crashed"}[error.kind]
+        where = f" at world size {size}" if distributed else ""
+        in_test = f" in {self.case}" if self.case else " earlier in this run"
+        if digest:
+            message = f"not run: the same call ({first}{where}, the same arguments) {verb}{in_test}; see that test's report"
+        else:
+            message = f"not run: {first} {verb}{where}{in_test} (see that test's report); fix that and it is graded again"
+        self._broken[(first, size, digest)] = SubmissionError(error.kind, first, message)
+
+    def _case_line(self, resolved: list[list[dict[str, Any]]]) -> str:
+        """`the case: test_x[4], world size 4, called with (float32[1000],)`: what to replay."""
+        parts = [self.case] if self.case else []
+        if len(resolved) > 1:
+            parts.append(f"world size {len(resolved)}")
+        step = resolved[0][-1]
+        parts.append(f"{step['shown_as']}{describe_arguments(step['args'], step['kwargs'])}")
+        return "\nthe case: " + ", ".join(parts)
 
     def _known_stub(self, step: dict[str, Any]) -> str | None:
         """The stub's message when the step's function is certainly still the stub (its file

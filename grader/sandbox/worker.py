@@ -35,6 +35,7 @@ import torch.distributed as dist
 import grader.sandbox.loader as loader_module
 import grader.sandbox.probes as probes_module
 import grader.sandbox.protocol as protocol_module
+from grader.sandbox.commlog import CommLog
 from grader.sandbox.guard import ForbiddenCallError, Guard
 from grader.sandbox.landlock import hide_folders
 from grader.sandbox.loader import LoadError, SubmissionLoader, student_traceback
@@ -55,6 +56,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--store", default="", help="FileStore path; empty: no process group")
     parser.add_argument("--submission", default="", help="module folder; empty: trusted worker")
     parser.add_argument("--stack-file", required=True)
+    parser.add_argument("--comm-file", default="", help="where the rank says what it waits for (commlog.py)")
     parser.add_argument("--memory-mb", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--forbidden", default="", help="comma-separated dotted names")
@@ -164,6 +166,8 @@ class Worker:
             store = dist.FileStore(options.store, options.world_size)
             backend = "nccl" if self.on_gpu else "gloo"
             dist.init_process_group(backend, store=store, rank=options.rank, world_size=options.world_size)
+            if options.submission and options.comm_file:  # before the guard, which wraps these wrappers
+                CommLog(Path(options.comm_file)).install()
 
         self.guard = Guard(filter(None, options.forbidden.split(",")))
         self.changed = _integrity_check(self.guard)

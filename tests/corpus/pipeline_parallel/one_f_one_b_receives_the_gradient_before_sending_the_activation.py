@@ -4,8 +4,8 @@
 # target: schedules.py
 # select: test_your_schedule_runs_on_real_ranks and one_f_one_b
 # fails: test_your_schedule_runs_on_real_ranks
-# kind: timeout
-# message: did not finish within [\d.]+ s; where each rank was:\n  rank 0: runtime\.py:\d+ in run\(\): self\.grad_outputs\[key\] = recv_tensors[^\n]*\n  rank 1: runtime\.py:\d+ in run\(\): received = recv_tensors(.|\n)*the simulator replays one_f_one_b_schedule\(2, 3\) and finds: deadlock: rank 0 waits in RECV_B of microbatch 0 \(its action 2\) for rank 1's SEND_B of microbatch 0
+# kind: deadlock
+# message: deadlocked: every rank waited in a communication call(.|\n)*rank 0: runtime\.py:\d+ in run\(\): self\.grad_outputs\[key\] = recv_tensors[^\n]*\n      waits in recv from rank 1(.|\n)*rank 1: runtime\.py:\d+ in run\(\): received = recv_tensors[^\n]*\n      waits in recv from rank 0(.|\n)*the cycle: rank 0 waits for rank 1, rank 1 waits for rank 0(.|\n)*the simulator replays one_f_one_b_schedule\(2, 3\) and finds: deadlock: rank 0 waits in RECV_B of microbatch 0 \(its action 2\) for rank 1\'s SEND_B of microbatch 0
 
 _one_f_one_b_in_order = one_f_one_b_schedule
 

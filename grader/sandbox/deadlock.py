@@ -1,0 +1,106 @@
+"""Finding a deadlock in about a second, from outside the ranks.
+
+NCCL's watchdog declares a collective hung after 10 minutes (TORCH_NCCL_TIMEOUT / the process
+group's `timeout`), and torch's flight recorder is read after the fact. The grader can do better,
+because it sees every rank of a world from one process:
+
+1. Stillness. While a call runs, the grader polls each rank's I/O counters (`wchar` + `rchar` in
+   /proc/<pid>/io: gloo moves every byte with read/write calls). A world in which no rank moved a
+   byte for STILL_S seconds is suspect; a world that is computing or communicating is not.
+2. Where. It then asks every rank that has not replied for its Python stack (faulthandler, which
+   answers even while the thread waits in C++). If every one of them is inside a communication
+   call (a function of torch.distributed, or a `.wait()` on a request), no rank can ever wake the
+   others: it is a deadlock. A rank that computes (an infinite loop included) is not blocked, so
+   the call goes on under its time limit.
+3. Why. Each rank's last line in its communication log (grader/sandbox/commlog.py) says which
+   peer it waits for; following "waits for" from rank to rank finds the cycle, if there is one
+   (rank 0 waits on a recv from 1, rank 1 on a recv from 0).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.sandbox.stacks import Frame, parse_dump
+
+STILL_S = 1.0  # no byte moved on any rank for this long: look at the stacks
+POLL_S = 0.25  # how often the counters are read while a call runs
+_WAIT_CALL = re.compile(r"\.wait\(|\bwait\(")
+_PEER = re.compile(r"\b(send|recv|isend|irecv) (?:to|from) rank (\d+)")
+
+
+def io_bytes(pid: int) -> int:
+    """Bytes the process has read and written so far (`rchar` + `wchar`), 0 once it is gone."""
+    try:
+        fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    except (OSError, ValueError):
+        return 0
+    return int(fields.get("rchar", 0)) + int(fields.get("wchar", 0))
+
+
+def _waiting_frames(text: str, directory: Path | None) -> list[Frame]:
+    """The frames (innermost first) of the thread that `where` would show for this dump."""
+    threads = parse_dump(text)
+
+    def in_submission(frame: Frame) -> bool:
+        return directory is not None and Path(frame.file).resolve().is_relative_to(directory)
+
+    with_student = [t for t in threads if any(in_submission(f) for f in t[1])]
+    current = [t for t in threads if t[0]]
+    chosen = (with_student or current or threads)[:1]
+    return chosen[0][1] if chosen else []
+
+
+def in_communication(stack: str, directory: Path | None) -> bool:
+    """Whether a rank's stack dump shows it blocked in a communication call: its innermost
+    Python frame is inside torch.distributed, or is a line that waits on a request."""
+    frames = _waiting_frames(stack, directory)
+    if not frames:
+        return False
+    innermost = frames[0]
+    if "/torch/distributed/" in innermost.file.replace("\\", "/"):
+        return True
+    return bool(_WAIT_CALL.search(innermost.source()))
+
+
+def waits_for(comm_line: str) -> list[int]:
+    """The peers a rank's communication line says it waits for: receives first (a send to a
+    peer that is itself blocked has usually left already, a receive cannot finish alone)."""
+    peers = _PEER.findall(comm_line)
+    return [int(rank) for op, rank in peers if "recv" in op] + [int(rank) for op, rank in peers if "send" in op]
+
+
+def find_cycle(waiting: dict[int, list[int]]) -> list[int] | None:
+    """A cycle of ranks each waiting for the next (and the last for the first), or None."""
+    for start in sorted(waiting):
+        path, rank = [start], start
+        while waiting.get(rank):
+            rank = waiting[rank][0]
+            if rank in path:
+                return path[path.index(rank) :]
+            path.append(rank)
+    return None
+
+
+@dataclass
+class Deadlock:
+    """What the grader saw when it declared a deadlock: per hung rank, its stack and its line."""
+
+    stacks: dict[int, str]
+    comm_lines: dict[int, str]
+    returned: list[int]  # ranks that had already replied (returned or failed)
+    still_s: float
+
+    def cycle(self) -> list[int] | None:
+        waiting = {rank: waits_for(line) for rank, line in self.comm_lines.items()}
+        return find_cycle(waiting)
+
+    def cycle_text(self) -> str:
+        """`rank 0 waits for rank 1, rank 1 waits for rank 0`, or "" without a cycle."""
+        cycle = self.cycle()
+        if not cycle:
+            return ""
+        hops = [f"rank {a} waits for rank {b}" for a, b in zip(cycle, [*cycle[1:], cycle[0]])]
+        return ", ".join(hops)
