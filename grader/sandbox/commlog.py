@@ -6,7 +6,7 @@ write one line into a small shared-memory file (mmap, so the writes are not coun
 sent) saying what it waits for:
 
     waits in recv from rank 1 (tag 0)
-    waits in all_reduce in a group of 4; its requests not yet finished: irecv from rank 3 (tag 0)
+    waits on its requests: irecv from rank 3 (tag 0), isend to rank 1 (tag 0)
 
 The grader (grader/sandbox/deadlock.py) reads it only once it has seen every live rank still,
 inside a communication call, for about a second. The line is diagnosis, never a verdict: a
@@ -27,6 +27,7 @@ import torch.distributed.distributed_c10d as c10d
 
 SIZE = 4096
 MAX_POSTED = 16  # unfinished async requests remembered per rank
+MAX_SHOWN = 4
 
 # name -> (keyword of its peer, position of the peer, keyword of the group-relative peer)
 POINT_TO_POINT = {
@@ -55,14 +56,24 @@ class CommLog:
             os.close(fd)
         self._blocking: list[str] = []
         self._posted: list[tuple[str, Any]] = []
+        self._step = 0
+
+    def at_step(self, index: int) -> None:
+        """The worker starts step `index` of its script (named in a hang's report)."""
+        self._step = index
+        self._write()
 
     def _write(self) -> None:
         self._posted = [(text, work) for text, work in self._posted if not _finished(work)][-MAX_POSTED:]
-        line = f"waits in {self._blocking[-1]}" if self._blocking else ""
-        if self._posted:
-            requests = ", ".join(text for text, _ in self._posted)
-            line += ("; " if line else "") + f"its requests not yet finished: {requests}"
-        data = line.encode()[: SIZE - 1] + b"\0"
+        if self._blocking:  # the call it is in is what it waits for (earlier requests may be done)
+            line = f"waits in {self._blocking[-1]}"
+        elif self._posted:  # between calls, or in a request's wait(): what it has not seen finish
+            shown = [text for text, _ in self._posted[-MAX_SHOWN:]]
+            more = len(self._posted) - len(shown)
+            line = "waits on its requests: " + ", ".join(shown) + (f" and {more} more" if more else "")
+        else:
+            line = ""
+        data = f"step {self._step}: {line}".encode()[: SIZE - 1] + b"\0"
         self._map[: len(data)] = data
 
     def wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -131,9 +142,13 @@ def describe(name: str, args: tuple, kwargs: dict[str, Any]) -> str:
     return f"{name} {direction} rank {peer} (tag {tag})" if peer is not None else f"{name} (any source)"
 
 
-def read(path: Path) -> str:
-    """The line a rank last wrote ("" when it never communicated, or the file is gone)."""
+def read(path: Path) -> tuple[int | None, str]:
+    """The step a rank was in and the line it last wrote ((None, "") when there is none)."""
     try:
-        return path.read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        text = path.read_bytes().split(b"\0", 1)[0].decode(errors="replace")
     except OSError:
-        return ""
+        return None, ""
+    step, colon, line = text.partition(": ")
+    if not colon or not step.startswith("step ") or not step[5:].isdigit():
+        return None, ""
+    return int(step[5:]), line

@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from grader.sandbox.deadlock import POLL_S, STILL_S, Deadlock, in_communication, io_bytes
+from grader.sandbox.deadlock import POLL_S, STILL_S, Deadlock, any_thread_running, in_communication, io_bytes
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
 from grader.sandbox.commlog import read as read_comm_line
@@ -387,12 +387,14 @@ class World:
         self, hung: list[WorkerProcess], replies: dict[int, tuple[Any, int]], still_s: float
     ) -> Deadlock | None:
         """A Deadlock when every rank in `hung` is blocked in a communication call, else None."""
+        if any(any_thread_running(w.process.pid) for w in self.workers):
+            return None
         stacks = {}
         for worker in hung:
             stacks[worker.rank] = worker.stack_now()
             if not in_communication(stacks[worker.rank], self.submission):
                 return None
-        lines = {w.rank: read_comm_line(w.comm_path) for w in hung}
+        lines = {w.rank: read_comm_line(w.comm_path)[1] for w in hung}
         return Deadlock(stacks, lines, sorted(replies), still_s)
 
     def call(self, requests: list[dict[str, Any]], time_limit: float, function: str) -> CallResult:
@@ -508,6 +510,8 @@ class World:
             if phase:
                 what += f" ({phase} the submission's files)"
             lines.append(what + ("; where each rank was:" if self.size > 1 else "; it was at:"))
+        if hung and step is None and not phase and kind in ("timeout", "deadlock"):
+            step = read_comm_line(hung[0].comm_path)[0]  # the step of the script it hung in
         if hung:
             if kind not in ("timeout", "deadlock"):
                 lines.append("and these ranks were left waiting (stuck on the failed rank?):")

@@ -296,7 +296,7 @@ class Submission:
                 self._imported |= files
             if error.kind in ("timeout", "deadlock", "crash"):
                 self._remember(error, first, len(requests), digest if error.kind != "timeout" else "", distributed)
-                error = _with_case(error, self._case_line(resolved))
+                error = _with_case(error, self._case_line(resolved, error.step))
             if self.echo:
                 self._echo(error.printed)
             raise self._explain(error, resolved[0]) from None
@@ -316,14 +316,14 @@ class Submission:
             message = f"not run: {first} {verb}{where}{in_test} (see that test's report); fix that and it is graded again"
         self._broken[(first, size, digest)] = SubmissionError(error.kind, first, message)
 
-    def _case_line(self, resolved: list[list[dict[str, Any]]]) -> str:
-        """`the case: test_x[4], world size 4, called with (float32[1000],)`: what to replay."""
-        parts = [self.case] if self.case else []
+    def _case_line(self, resolved: list[list[dict[str, Any]]], failed: int | None) -> str:
+        """`the case: world size 4, ring_allreduce(float32[1000]) in test_x[4]`: what to replay."""
+        steps = resolved[0]
+        step = steps[failed] if failed is not None and 0 <= failed < len(steps) else steps[-1]
+        text = f"{step['shown_as']}{describe_arguments(step['args'], step['kwargs'])}"
         if len(resolved) > 1:
-            parts.append(f"world size {len(resolved)}")
-        step = resolved[0][-1]
-        parts.append(f"{step['shown_as']}{describe_arguments(step['args'], step['kwargs'])}")
-        return "\nthe case: " + ", ".join(parts)
+            text = f"world size {len(resolved)}, {text}"
+        return f"\nthe case: {text}" + (f" in {self.case}" if self.case else "")
 
     def _known_stub(self, step: dict[str, Any]) -> str | None:
         """The stub's message when the step's function is certainly still the stub (its file
@@ -340,7 +340,9 @@ class Submission:
         if error.kind != "not_implemented":
             if len(steps) > 1 and error.step is not None:
                 message = f"in step {error.step + 1} of {len(steps)} ({shown}): {error.message}"
-                return SubmissionError(error.kind, shown, message, error.exception_type)
+                explained = SubmissionError(error.kind, shown, message, error.exception_type)
+                explained.printed, explained.step = error.printed, error.step
+                return explained
             return error
         # The stub's own message names the function that is missing, which may be one the
         # called function uses ("implement dispatch (...)" raised inside MoELayer.forward).

@@ -166,8 +166,10 @@ class Worker:
             store = dist.FileStore(options.store, options.world_size)
             backend = "nccl" if self.on_gpu else "gloo"
             dist.init_process_group(backend, store=store, rank=options.rank, world_size=options.world_size)
-            if options.submission and options.comm_file:  # before the guard, which wraps these wrappers
-                CommLog(Path(options.comm_file)).install()
+        # Where a hang was: the step of the script, and the call a rank waits in (commlog.py).
+        self.commlog = CommLog(Path(options.comm_file)) if options.submission and options.comm_file else None
+        if self.commlog is not None and options.store:  # before the guard, which wraps these wrappers
+            self.commlog.install()
 
         self.guard = Guard(filter(None, options.forbidden.split(",")))
         self.changed = _integrity_check(self.guard)
@@ -230,6 +232,8 @@ class Worker:
         results, figures = [], []
         start = self.clock()
         for index, step in enumerate(steps):
+            if self.commlog is not None:
+                self.commlog.at_step(index)
             threads = set(threading.enumerate())
             try:
                 function = self.resolve(step, saved)

@@ -5,7 +5,7 @@
 # select: sums_in_place
 # fails: sums_in_place\[3\]
 # kind: deadlock
-# message: deadlocked(.|\n)*rank 2: ring\.py:\d+ in _all_gather_chunks\(\): dist\.recv\(torch\.empty\(1\), 0, group\)[^\n]*\n      waits in recv from rank 0(.|\n)*the cycle: rank 0 waits for rank 2, rank 2 waits for rank 0\n(.|\n)*the case: test_ring_allreduce_sums_in_place\[3\], world size 3
+# message: deadlocked(.|\n)*rank 2: ring\.py:\d+ in _all_gather_chunks\(\): dist\.recv\(torch\.empty\(1\), 0, group\)[^\n]*\n      waits in recv from rank 0(.|\n)*the cycle: rank 0 waits for rank 2, rank 2 waits for rank 0\n(.|\n)*the case: world size 3, ring_allreduce\(float32\[10, 7\]\) in test_ring_allreduce_sums_in_place\[3\]
 
 _correct_all_gather_chunks = _all_gather_chunks
 
