@@ -6,6 +6,7 @@ write one line into a small shared-memory file (mmap, so the writes are not coun
 sent) saying what it waits for:
 
     waits in recv from rank 1 (tag 0)
+    waits in wait() on isend to rank 2 (tag 0)
     waits on its requests: irecv from rank 3 (tag 0), isend to rank 1 (tag 0)
 
 The grader (grader/sandbox/deadlock.py) reads it only once it has seen every live rank still,
@@ -39,7 +40,9 @@ POINT_TO_POINT = {
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
     "reduce_scatter_tensor", "reduce", "broadcast", "broadcast_object_list", "all_to_all",
-    "all_to_all_single", "scatter", "gather", "barrier", "monitored_barrier",
+    "all_to_all_single", "scatter", "gather", "barrier", "monitored_barrier", "all_gather_single",
+    "reduce_scatter_single", "_all_gather_base", "_reduce_scatter_base", "all_gather_coalesced",
+    "all_reduce_coalesced",
 )  # fmt: skip
 
 
@@ -96,8 +99,28 @@ class CommLog:
         del logged.__wrapped__
         return logged
 
+    def wrap_wait(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Work.wait, saying which request it waits on (as its call was logged)."""
+
+        @functools.wraps(original)
+        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._blocking:
+                return original(work, *args, **kwargs)
+            what = next((text for text, posted in self._posted if posted is work), "a request")
+            self._blocking.append(f"wait() on {what}")
+            self._write()
+            try:
+                return original(work, *args, **kwargs)
+            finally:
+                self._blocking.pop()
+                self._write()
+
+        del wait.__wrapped__
+        return wait
+
     def install(self) -> None:
-        """Wrap every communication call of torch.distributed (both names of each)."""
+        """Wrap every communication call of torch.distributed (both names of each), and the
+        wait() of the requests the async ones return."""
         for name in (*POINT_TO_POINT, *COLLECTIVES):
             original = getattr(c10d, name, None)
             if original is None:
@@ -106,6 +129,7 @@ class CommLog:
             setattr(c10d, name, wrapper)
             if getattr(dist, name, None) is original:
                 setattr(dist, name, wrapper)
+        dist.Work.wait = self.wrap_wait(dist.Work.wait)
 
 
 def _finished(work: Any) -> bool:

@@ -329,6 +329,7 @@ class World:
             raise
         self.alive = True
         self.deadlock: Deadlock | None = None  # what the last call's deadlock looked like, if it had one
+        self._step_names: list[str] = []
         self._await_ready()
 
     def _await_ready(self) -> None:
@@ -401,6 +402,8 @@ class World:
         """Run one request per rank; raise SubmissionError (after cleaning up) on any failure."""
         if not self.alive:
             raise SubmissionError("start", function, "this world was closed")
+        # Each step's name, for a report that names the step a hang was in.
+        self._step_names = [step.get("shown_as", function) for step in requests[0].get("steps", ())]
         for worker, request in zip(self.workers, requests):
             send_request(worker.requests, request)
         staged, dead = self._collect(self.workers, time.monotonic() + time_limit)
@@ -503,15 +506,16 @@ class World:
             lines.append(f"{who}: {message}" if who else message.lstrip("\n"))
         elif deadlock is not None:
             kind = "deadlock"
-            lines.append(deadlock_summary(function, deadlock, self.size))
+            step = read_comm_line(hung[0].comm_path)[0] if hung else None
+            lines.append(deadlock_summary(self._step_name(step, function), deadlock, self.size))
         else:
             kind = "timeout"
-            what = f"{function} did not finish within {time_limit:g} s"
+            if hung and not phase:
+                step = read_comm_line(hung[0].comm_path)[0]
+            what = f"{self._step_name(step, function)} did not finish within {time_limit:g} s"
             if phase:
                 what += f" ({phase} the submission's files)"
             lines.append(what + ("; where each rank was:" if self.size > 1 else "; it was at:"))
-        if hung and step is None and not phase and kind in ("timeout", "deadlock"):
-            step = read_comm_line(hung[0].comm_path)[0]  # the step of the script it hung in
         if hung:
             if kind not in ("timeout", "deadlock"):
                 lines.append("and these ranks were left waiting (stuck on the failed rank?):")
@@ -531,6 +535,11 @@ class World:
         error.printed = printed or []
         error.step = step
         raise error
+
+    def _step_name(self, step: int | None, function: str) -> str:
+        """The name of step `step` of the last call; `function` for a call of one step."""
+        names = self._step_names
+        return names[step] if len(names) > 1 and step is not None and 0 <= step < len(names) else function
 
     def close(self) -> None:
         if not self.alive:

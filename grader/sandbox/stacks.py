@@ -21,15 +21,22 @@ class Frame:
         return linecache.getline(self.file, self.line).strip()
 
 
+# The grader's own wrappers around a worker's communication calls (commlog.py): a rank waiting in
+# one is shown waiting where the wrapper was called from, in torch or in the student's code.
+_GRADER_WRAPPERS = ("grader/sandbox/commlog.py",)
+
+
 def parse_dump(text: str) -> list[tuple[bool, list[Frame]]]:
-    """Threads in a dump: (is it the current thread, its frames innermost first)."""
+    """Threads in a dump: (is it the current thread, its frames innermost first), without the
+    frames of the grader's wrappers."""
     threads: list[tuple[bool, list[Frame]]] = []
     for line in text.splitlines():
         thread = _THREAD.match(line)
         if thread:
             threads.append((thread.group(1) == "Current thread", []))
         elif (frame := _FRAME.match(line)) and threads:
-            threads[-1][1].append(Frame(frame["file"], int(frame["line"]), frame["function"]))
+            if not frame["file"].replace("\\", "/").endswith(_GRADER_WRAPPERS):
+                threads[-1][1].append(Frame(frame["file"], int(frame["line"]), frame["function"]))
     return [t for t in threads if t[1]]
 
 
