@@ -1,0 +1,169 @@
+"""Deadlocks are found in about a second, from outside the ranks (grader/sandbox/deadlock.py),
+and cost only the call that deadlocked; a rank that computes or sleeps is never taken for one."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from grader.course import Function, Module
+from grader.sandbox import Submission, SubmissionError
+from grader.sandbox.deadlock import find_cycle, in_communication, waits_for
+
+PROBE = """
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def ready():
+    return dist.get_rank()
+
+
+def receive_first(x):
+    rank, p = dist.get_rank(), dist.get_world_size()
+    dist.recv(x, (rank - 1) % p)
+    dist.send(x, (rank + 1) % p)
+    return x
+
+
+def exchange(x, wait_on_the_wrong_request):
+    rank, p = dist.get_rank(), dist.get_world_size()
+    out = torch.empty_like(x)
+    receive = dist.irecv(out, (rank - 1) % p, tag=1 if wait_on_the_wrong_request else 0)
+    send = dist.isend(x, (rank + 1) % p, tag=0)
+    receive.wait()
+    send.wait()
+    return out
+
+
+def sleep_then_send(x, seconds):
+    if dist.get_rank() == 0:
+        time.sleep(seconds)
+        dist.send(x, 1)
+    else:
+        dist.recv(x, 0)
+    return x
+
+
+def compute_forever_while_the_other_waits(x):
+    if dist.get_rank() == 0:
+        while True:
+            x = x + 1
+    dist.recv(x, 0)
+    return x
+
+
+def return_early_on_rank_1(x):
+    if dist.get_rank() == 1:
+        return x
+    dist.all_reduce(x)
+    return x
+"""
+NAMES = ("ready", "receive_first", "exchange", "sleep_then_send", "compute_forever_while_the_other_waits")
+NAMES += ("return_early_on_rank_1",)
+TIME_LIMIT_S = 20.0
+FOUND_WITHIN_S = 3.0  # the issue's promise: a deadlock reported within 3 s
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> Submission:
+    folder = tmp_path_factory.mktemp("submission") / "probe"
+    folder.mkdir()
+    (folder / "probe.py").write_text(PROBE)
+    functions = {n: Function(n, "probe.py", "1. Probe") for n in NAMES}
+    module = Module("probe", "Probe", "lectures/probe.md", 1, ("probe.py",), functions, TIME_LIMIT_S, 1024)
+    submission = Submission(module, folder)
+    yield submission
+    submission.close()
+
+
+def timed(call) -> tuple[float, SubmissionError | None]:
+    start = time.monotonic()
+    try:
+        call()
+    except SubmissionError as error:
+        return time.monotonic() - start, error
+    return time.monotonic() - start, None
+
+
+def test_a_ring_that_receives_first_is_reported_as_a_deadlock_within_3_s_with_each_rank_and_the_cycle(probe):
+    probe.function("ready").spmd(3, [()] * 3)  # the world is up: what is timed is the call
+    seconds, error = timed(lambda: probe.function("receive_first").spmd(3, [(torch.zeros(4),)] * 3))
+    assert error is not None and error.kind == "deadlock", f"expected a deadlock, got {error}"
+    assert seconds < FOUND_WITHIN_S, f"the deadlock took {seconds:.1f} s to report; expected under {FOUND_WITHIN_S} s"
+    message = error.message
+    assert "every rank waited in a communication call" in message, message
+    for rank, left in ((0, 2), (1, 0), (2, 1)):
+        assert f"rank {rank}: probe.py:" in message and f"waits in recv from rank {left} (tag 0)" in message, message
+    assert "the cycle: rank 0 waits for rank 2, rank 2 waits for rank 1, rank 1 waits for rank 0" in message, message
+    assert "the case: world size 3, receive_first(float32[4])" in message, message
+
+
+def test_waiting_on_a_request_that_never_completes_names_the_request(probe):
+    seconds, error = timed(lambda: probe.function("exchange").spmd(2, [(torch.ones(3), True)] * 2))
+    assert error is not None and error.kind == "deadlock", f"expected a deadlock, got {error}"
+    assert "in exchange(): receive.wait()" in error.message, error.message
+    assert "waits in wait() on irecv from rank 1 (tag 1)" in error.message, error.message
+
+
+def test_only_the_very_same_call_is_not_run_again_after_a_deadlock(probe):
+    x = torch.arange(3.0)
+    with pytest.raises(SubmissionError) as first:
+        probe.function("exchange").spmd(2, [(x, True)] * 2)
+    assert first.value.kind == "deadlock"
+    with pytest.raises(SubmissionError, match=r"not run: the same call \(exchange at world size 2, the same arguments\)"):
+        probe.function("exchange").spmd(2, [(x, True)] * 2)
+    result = probe.function("exchange").spmd(2, [(x, False)] * 2)  # another call: a fresh world runs it
+    assert torch.equal(result.outputs[0], x), result.outputs
+
+
+def test_a_rank_that_returned_while_others_wait_is_named(probe):
+    _, error = timed(lambda: probe.function("return_early_on_rank_1").spmd(3, [(torch.ones(2),)] * 3))
+    assert error is not None and error.kind == "deadlock", f"expected a deadlock, got {error}"
+    assert "ranks 0, 2 waited in a communication call" in error.message, error.message
+    assert "(rank 1 had already returned)" in error.message, error.message
+
+
+def test_a_rank_that_sleeps_before_sending_is_not_a_deadlock(probe):
+    """Rank 1 waits in recv for 2.5 s, with no byte moving: rank 0 is asleep, not communicating."""
+    result = probe.function("sleep_then_send").spmd(2, [(torch.full((2,), 7.0), 2.5), (torch.zeros(2), 2.5)])
+    assert torch.equal(result.outputs[1], torch.full((2,), 7.0))
+
+
+def test_a_rank_that_computes_forever_is_stopped_by_the_time_limit_not_as_a_deadlock(probe):
+    seconds, error = timed(
+        lambda: probe.function("compute_forever_while_the_other_waits").spmd(2, [(torch.zeros(2),)] * 2, time_limit_s=3)
+    )
+    assert error is not None and error.kind == "timeout", f"expected a timeout, got {error}"
+    assert seconds >= 3, f"stopped after {seconds:.1f} s, before its 3 s limit"
+    assert "did not finish within 3 s" in error.message, error.message
+
+
+DUMP = """Thread 0x00007f (most recent call first):
+  File "{file}", line {line} in {function}
+  File "/work/submission/ring.py", line 4 in ring
+"""
+
+
+@pytest.mark.parametrize(
+    ("file", "function", "blocked"),
+    [
+        ("/venv/site-packages/torch/distributed/distributed_c10d.py", "recv", True),
+        ("/venv/site-packages/torch/nn/modules/linear.py", "forward", False),
+        ("/usr/lib/python3.11/time.py", "sleep", False),
+    ],
+)
+def test_a_stack_is_in_communication_only_when_its_innermost_frame_is_in_torch_distributed(file, function, blocked):
+    assert in_communication(DUMP.format(file=file, line=10, function=function), None) is blocked
+
+
+def test_receives_come_before_sends_when_following_who_waits_for_whom():
+    assert waits_for("waits on its requests: isend to rank 1 (tag 0), irecv from rank 3 (tag 0)") == [3, 1]
+    assert waits_for("waits in all_reduce in a group of 4") == []
+    assert find_cycle({0: [1], 1: [2], 2: [0]}) == [0, 1, 2]
+    assert find_cycle({0: [1], 1: [], 2: [0]}) is None
+    assert find_cycle({0: [2], 2: [2]}) == [2]
