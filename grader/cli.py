@@ -148,12 +148,19 @@ def _sync(course: Course, options: argparse.Namespace) -> int:
 
 
 def _list(course: Course) -> int:
+    from grader.todo import split_functions
+
     print(course.title)
     for module in course.modules.values():
         print(f"\n{module.name} ({module.points:g} points): {module.title}")
         print(f"  lecture: {module.lecture}; time limit per call {module.time_limit_s:g} s")
-        for function in module.functions.values():
+        written, given = split_functions(module)
+        print("  you write:")
+        for function in written:
             print(f"  - {function.name} in {module.name}/{function.file}  [{function.section}]")
+        if given:
+            print("  given (the course's code, in your files; you call it, the grader re-installs it):")
+            print("    " + ", ".join(function.name for function in given))
     return 0
 
 

@@ -20,12 +20,13 @@ class CourseError(Exception):
 
 @dataclass(frozen=True)
 class Function:
-    """One function a student implements."""
+    """One function a student implements, or a helper the course gives (`given`) that tests call."""
 
     name: str
     file: str  # file name inside the module folder, e.g. "ring.py"
     section: str  # the lecture section that teaches it
     forbidden: tuple[str, ...] = ()  # dotted names refused while it runs
+    given: str = ""  # for the course's own helpers the tests call: what it does ("" = the student writes it)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def load_course(root: Path = COURSE_ROOT) -> Course:
                 if set_name not in forbidden_sets:
                     raise CourseError(f"function {name!r} forbids unknown set {set_name!r}")
                 forbidden += forbidden_sets[set_name]
-            functions[name] = Function(name, spec["file"], spec["section"], tuple(forbidden))
+            functions[name] = Function(name, spec["file"], spec["section"], tuple(forbidden), spec.get("given", ""))
         module = Module(
             name=entry["name"],
             title=entry["title"],

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import grader.testing
 from grader.course import COURSE_ROOT, Course, CourseError, load_course
 from grader.perf import NotMeasuredReliably
 from grader.results import UNMEASURED
@@ -121,17 +122,39 @@ def library(device: str) -> Iterator[Library]:
     trusted.close()
 
 
-def student_message(error: BaseException) -> str:
-    """What a failed test tells the student: never the test's source (hidden suites)."""
+COMPARISON_LINES = 6  # of pytest's account of a failed public assert (the values compared)
+
+
+def student_message(error: BaseException, public: bool = False) -> str:
+    """What a failed test tells the student: never the source of a hidden test. A public test's
+    source is the student's to read, so its failed assert keeps pytest's account of the values
+    it compared (`assert [5, 4, 3, 2] == [4, 3, 2, 1]`): what came back and what was expected."""
     if isinstance(error, SubmissionError):
         return error.message
     if isinstance(error, NotMeasuredReliably):
         return str(error)
     if isinstance(error, AssertionError):
         # pytest appends "assert <expression>" (from the test's source) to the message.
-        text = str(error).split("\nassert ")[0].strip()
-        return text if text and not text.startswith("assert ") else "a check of the result failed"
+        text, assertion, compared = str(error).partition("assert ")
+        text = text.strip()
+        if public and assertion:
+            lines = [line for line in (assertion + compared).splitlines() if line.strip()]
+            lines = [line for line in lines if not line.lstrip().startswith("+")][:COMPARISON_LINES]
+            return "\n".join([text, *lines]) if text else "\n".join(lines)
+        return text or "a check of the result failed"
     return f"{type(error).__name__}: {error}"
+
+
+def _is_public(item: pytest.Item) -> bool:
+    return not item.path.is_relative_to(COURSE_ROOT / "grader" / "suites")
+
+
+def _replay_hint(item: pytest.Item, error: BaseException) -> str:
+    """How to run a failed test again on the same inputs (they are random per grading)."""
+    if isinstance(error, SubmissionError) and error.kind == "not_implemented":
+        return ""
+    module = item.path.parent.name
+    return f"\nreplay: GRADER_SEED={grader.testing.RUN_SEED} make grade ARGS=\"{module} -k '{item.name}'\""
 
 
 @pytest.hookimpl(specname="pytest_runtest_makereport", tryfirst=True)
@@ -148,7 +171,7 @@ def pytest_runtest_makereport_while_grading(item: pytest.Item, call: pytest.Call
         item.location,
         dict.fromkeys(item.keywords, 1),
         "failed",
-        f"{item.nodeid}\n{student_message(call.excinfo.value)}",
+        f"{item.nodeid}\n{student_message(call.excinfo.value, _is_public(item))}",
         call.when,
         [(f"Captured {key} {when}", content) for when, key, content in item._report_sections],
         call.duration,
@@ -167,7 +190,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     if call.excinfo is None or call.excinfo.errisinstance(pytest.skip.Exception):
         return
     error = call.excinfo.value
-    report.grader_message = student_message(error)
+    report.grader_message = student_message(error, _is_public(item)) + _replay_hint(item, error)
     if isinstance(error, SubmissionError):
         report.grader_kind, report.grader_function = error.kind, error.function
         report.longrepr = f"{item.nodeid}\n{error.message}"

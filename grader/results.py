@@ -42,6 +42,7 @@ class ModuleResult:
     title: str
     points: float
     tests: list[TestResult] = field(default_factory=list)
+    unwritten: list[str] | None = None  # the student's functions whose body is still the stub
 
     @property
     def graded(self) -> list[TestResult]:
@@ -69,9 +70,11 @@ class ModuleResult:
         return [t for t in self.tests if t.status == UNMEASURED]
 
     def to_implement(self) -> list[str]:
-        """Functions still raising NotImplementedError, in order of first failure."""
+        """Functions still raising NotImplementedError: those whose source is still the stub, in
+        the syllabus's order (`unwritten`, read by the runner), then any other that a failure
+        named (a method of a class, in order of first failure)."""
         names = [t.function for t in self.tests if t.kind == "not_implemented" and t.function]
-        return list(dict.fromkeys(names))
+        return list(dict.fromkeys([*(self.unwritten or []), *names]))
 
 
 @dataclass

@@ -125,6 +125,8 @@ def grade(
     select: str | None = None,
 ) -> GradeReport:
     """Grade `modules` of the submission folder `submission` (one sub-folder per module)."""
+    from grader.todo import unwritten
+
     started = time.perf_counter()
     paths = suite_files(course, modules, public_only=public_only)
     args: list[Any] = [*paths, "--submission", str(submission), "--device", device, *pytest_options(course)]
@@ -145,10 +147,13 @@ def grade(
         report.notes.append(f"pytest stopped early (exit code {int(code)})")
     if not collector.results:
         report.notes.append("no test was run (nothing matched the modules and --select given)")
+    elif select:
+        report.notes.append(f"the scores cover only the tests that --select {select!r} picked, not whole modules")
     for name in modules:
         module = course.module(name)
         result = ModuleResult(name, module.title, module.points)
         result.tests = [t for t in collector.results.values() if t.module == name]
+        result.unwritten = unwritten(module, submission / name)
         result.assign_points()
         report.modules.append(result)
     if not perf:

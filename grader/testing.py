@@ -91,8 +91,11 @@ def expect_exception(exception_type: str, call: Callable[[], object]) -> Submiss
     """Run `call` (a call into the submission) and require it to raise `exception_type`.
 
     Failures of another kind (not implemented, a crash, a timeout) are re-raised unchanged, so
-    the student sees the real reason.
+    the student sees the real reason. A call that returns names the function and the arguments
+    it was given.
     """
+    from grader.sandbox.submission import last_call
+
     try:
         call()
     except SubmissionError as error:
@@ -101,4 +104,4 @@ def expect_exception(exception_type: str, call: Callable[[], object]) -> Submiss
         if error.exception_type != exception_type:
             raise AssertionError(f"expected {exception_type}, got:\n{error.message}") from None
         return error
-    raise AssertionError(f"expected {exception_type}, but the call returned normally")
+    raise AssertionError(f"expected {exception_type}, but the call returned normally: {last_call()}")

@@ -41,7 +41,9 @@ def test_gpipe_and_one_f_one_b_bubble_is_p_minus_1_over_m_plus_p_minus_1(submiss
 
 def test_one_f_one_b_holds_p_minus_rank_activations(submission):
     result = simulate(submission.function("one_f_one_b_schedule")(4, 8))
-    assert result.peak_activations == [4, 3, 2, 1], f"peak activations per rank {result.peak_activations}"
+    assert result.peak_activations == [4, 3, 2, 1], (
+        f"one_f_one_b_schedule(4, 8): peak activations per rank {result.peak_activations}, expected p - rank = [4, 3, 2, 1]"
+    )
 
 
 def test_interleaved_schedule_halves_the_bubble_with_two_chunks(submission):
@@ -52,8 +54,13 @@ def test_interleaved_schedule_halves_the_bubble_with_two_chunks(submission):
 def test_zero_bubble_is_faster_than_one_f_one_b_at_the_same_peak_memory(submission):
     zero_bubble = simulate(submission.function("zero_bubble_schedule")(4, 8))
     one_f_one_b = simulate(submission.function("one_f_one_b_schedule")(4, 8))
-    assert max(zero_bubble.peak_activations) <= max(one_f_one_b.peak_activations)
-    assert zero_bubble.makespan < one_f_one_b.makespan, f"makespan {zero_bubble.makespan}, 1F1B {one_f_one_b.makespan}"
+    assert max(zero_bubble.peak_activations) <= max(one_f_one_b.peak_activations), (
+        f"zero-bubble peak activations {zero_bubble.peak_activations}, expected at most 1F1B's "
+        f"{max(one_f_one_b.peak_activations)} on any rank"
+    )
+    assert zero_bubble.makespan < one_f_one_b.makespan, (
+        f"zero-bubble makespan {zero_bubble.makespan}, expected less than 1F1B's {one_f_one_b.makespan}"
+    )
 
 
 def test_run_schedule_on_two_ranks_matches_one_process_and_frees_activations(submission):

@@ -12,6 +12,12 @@ from rich.table import Table
 from grader.results import PASSED, SKIPPED, UNMEASURED, GradeReport, ModuleResult
 
 MESSAGE_LINES = 14
+HANG_HINT = (
+    "\na call hung. While you debug: --time-limit SECONDS gives every call longer "
+    "(make grade ARGS=\"MODULE --time-limit 120\"), and\n"
+    "  .venv/bin/pytest assignments/MODULE -k TEST --no-timeout  runs it with no limit, so that a "
+    "breakpoint() in your code can be stepped through"
+)
 
 
 def _scoreboard(report: GradeReport) -> Table:
@@ -91,6 +97,8 @@ def text_report(report: GradeReport, *, color: bool = False) -> str:
     console = Console(file=buffer, force_terminal=color, width=110, color_system="standard" if color else None)
     for module in report.modules:
         _failures(console, module)
+    if any(t.kind in ("timeout", "deadlock") for t in report.tests):
+        console.print(HANG_HINT, highlight=False, markup=False)
     _measurements(console, report)
     skipped = sum(t.status == SKIPPED for t in report.tests)
     console.print()

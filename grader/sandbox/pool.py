@@ -34,10 +34,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from grader.sandbox.commlog import read as read_comm_line
 from grader.sandbox.deadlock import POLL_S, STILL_S, Deadlock, any_thread_running, in_communication, io_bytes
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
-from grader.sandbox.commlog import read as read_comm_line
 from grader.sandbox.stacks import where
 from grader.sandbox.zygote import ForkedProcess, ZygoteError, zygote_for
 
@@ -281,7 +281,8 @@ def deadlock_summary(function: str, deadlock: Deadlock, size: int) -> str:
         f"for {deadlock.still_s:.1f} s"
     )
     if deadlock.returned:
-        text += f" (rank{'s' if len(deadlock.returned) > 1 else ''} {', '.join(map(str, deadlock.returned))} had already returned)"
+        ranks = ", ".join(map(str, deadlock.returned))
+        text += f" (rank{'s' if len(deadlock.returned) > 1 else ''} {ranks} had already returned)"
     return text + "; where each rank was:"
 
 

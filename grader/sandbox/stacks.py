@@ -26,6 +26,10 @@ class Frame:
 _GRADER_WRAPPERS = ("grader/sandbox/commlog.py",)
 
 
+def _is_wrapper(file: str) -> bool:
+    return file.replace("\\", "/").endswith(_GRADER_WRAPPERS)
+
+
 def parse_dump(text: str) -> list[tuple[bool, list[Frame]]]:
     """Threads in a dump: (is it the current thread, its frames innermost first), without the
     frames of the grader's wrappers."""
@@ -34,9 +38,8 @@ def parse_dump(text: str) -> list[tuple[bool, list[Frame]]]:
         thread = _THREAD.match(line)
         if thread:
             threads.append((thread.group(1) == "Current thread", []))
-        elif (frame := _FRAME.match(line)) and threads:
-            if not frame["file"].replace("\\", "/").endswith(_GRADER_WRAPPERS):
-                threads[-1][1].append(Frame(frame["file"], int(frame["line"]), frame["function"]))
+        elif (frame := _FRAME.match(line)) and threads and not _is_wrapper(frame["file"]):
+            threads[-1][1].append(Frame(frame["file"], int(frame["line"]), frame["function"]))
     return [t for t in threads if t[1]]
 
 

@@ -155,6 +155,14 @@ def _remembered_as(step: dict[str, Any], module: Module) -> str:
     return step["shown_as"]
 
 
+_LAST_CALL = [""]
+
+
+def last_call() -> str:
+    """`expert_capacity(10, 4, 2, -1.0)`: the last call made into a submission in this process."""
+    return _LAST_CALL[0]
+
+
 def _with_case(error: SubmissionError, case: str) -> SubmissionError:
     named = SubmissionError(error.kind, error.function, error.message + case, error.exception_type)
     named.printed, named.step = error.printed, error.step
@@ -275,6 +283,10 @@ class Submission:
             raise SubmissionError("import", name, f"the submission has no folder {_shown(self.directory)}")
         resolved = [self._resolve(steps) for steps in steps_per_rank]
         first = _remembered_as(resolved[0][0], self.module)
+        last = resolved[0][-1]
+        _LAST_CALL[0] = f"{last['shown_as']}{describe_arguments(last['args'], last['kwargs'], limit=400)}"
+        if len(resolved) > 1:
+            _LAST_CALL[0] += f" on each of {len(resolved)} ranks"
         if self._refusal is None:
             self._refusal = reaches_into_the_grader(self.directory, self.module.files) or ""
         if self._refusal:
@@ -311,9 +323,11 @@ class Submission:
         where = f" at world size {size}" if distributed else ""
         in_test = f" in {self.case}" if self.case else " earlier in this run"
         if digest:
-            message = f"not run: the same call ({first}{where}, the same arguments) {verb}{in_test}; see that test's report"
+            message = f"not run: the same call ({first}{where}, the same arguments) {verb}{in_test}"
+            message += "; see that test's report"
         else:
-            message = f"not run: {first} {verb}{where}{in_test} (see that test's report); fix that and it is graded again"
+            message = f"not run: {first} {verb}{where}{in_test} (see that test's report)"
+            message += "; fix that and it is graded again"
         self._broken[(first, size, digest)] = SubmissionError(error.kind, first, message)
 
     def _case_line(self, resolved: list[list[dict[str, Any]]], failed: int | None) -> str:

@@ -1,6 +1,6 @@
 """Rank 1 returns from ring_allreduce without taking part: its neighbours wait for it forever."""
 
-# ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
+# ruff: noqa: E501, F821 - a fragment appended to a solution file, whose names are in scope
 # target: ring.py
 # select: sums_in_place[2] or allreduce_time_ring_formula
 # fails: sums_in_place
