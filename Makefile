@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test lab bench sync release site gpu-check lint clean
+.PHONY: grade watch test lab bench sync release site gpu-check lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ $(STAMP): pyproject.toml
 
 grade: $(STAMP)  ## score assignments/ (your working copy)
 	@$(BIN)/python -m grader grade $(ARGS)
+
+watch: $(STAMP)  ## a module's public tests on every save: make watch ARGS=collectives
+	@$(BIN)/python -m grader watch $(ARGS)
 
 test: $(STAMP)  ## the project's own tests
 	@$(BIN)/python -m pytest tests -q --durations=10 $(ARGS)

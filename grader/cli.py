@@ -37,6 +37,13 @@ def _parser() -> argparse.ArgumentParser:
     grade.add_argument("--time-limit", type=float, help="seconds per call (default: course.toml)")
     grade.add_argument("-k", "--select", metavar="EXPR", help="only tests matching this pytest -k expression")
 
+    watch = commands.add_parser("watch", help="a module's public tests, again on every save")
+    watch.add_argument("module", metavar="MODULE")
+    watch.add_argument("--submission", default="assignments", help="folder holding the module (default: assignments)")
+    watch.add_argument("-k", "--select", metavar="EXPR", help="only tests matching this pytest -k expression")
+    watch.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    watch.add_argument("--max-gradings", type=int, default=0, help=argparse.SUPPRESS)
+
     sync = commands.add_parser("sync", help="generate assignments/ stubs from solutions/")
     sync.add_argument("modules", nargs="*", metavar="MODULE")
     sync.add_argument("--check", action="store_true", help="fail if assignments/ is stale")
@@ -130,6 +137,22 @@ def _progress_bar():
     return update
 
 
+def _watch(course: Course, options: argparse.Namespace) -> int:
+    from grader.watch import watch
+
+    _modules(course, [options.module])  # an unknown module is a usage error
+    submission = Path(options.submission).resolve()
+    if not (submission / options.module).is_dir():
+        raise UsageError(f"there is no folder {options.submission}/{options.module}")
+    try:
+        return watch(
+            course, options.module, submission, select=options.select, device=options.device,
+            max_gradings=options.max_gradings,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        return 0
+
+
 def _sync(course: Course, options: argparse.Namespace) -> int:
     if not (course.root / "solutions").is_dir():
         raise UsageError("there is no solutions/ folder here: sync runs in the course's source repository")
@@ -184,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             return _grade(course, options)
         if options.command == "sync":
             return _sync(course, options)
+        if options.command == "watch":
+            return _watch(course, options)
         if options.command == "list":
             return _list(course)
         if options.command == "bench":

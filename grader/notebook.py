@@ -2,8 +2,11 @@
 grader, with everything each rank prints shown in the notebook.
 
     from grader.notebook import open_module
+    serving = open_module("serving")
+    sched = serving.Scheduler(model, 24, 4, 16)     # runs in a worker; see grader/sandbox/remote.py
+    sched.step()
     collectives = open_module("collectives")
-    ring_allreduce = collectives.function("ring_allreduce")
+    outputs = collectives.run(4, "ring_allreduce", [torch.ones(8) * r for r in range(4)])
 
 The module folder is `$GRADER_SUBMISSION/<module>` when that variable is set (the project's
 tests point it at solutions/), else the folder of the running notebook (`./`, e.g.
@@ -13,10 +16,13 @@ assignments/collectives/).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from grader.course import load_course
 from grader.sandbox import Library, Submission
+from grader.sandbox.remote import RemoteSession
 
 
 def module_folder(module: str) -> Path:
@@ -24,9 +30,31 @@ def module_folder(module: str) -> Path:
     return Path(root) / module if root else Path.cwd()
 
 
-def open_module(module: str, time_limit_s: float | None = None) -> Submission:
+class NotebookModule:
+    """The student's module as a notebook sees it: its functions and classes are attributes that
+    run in a worker (`serving.Scheduler(...)`), `run` starts a world of ranks, and the
+    Submission's own methods (`function`, `script`, ...) are there too."""
+
+    def __init__(self, submission: Submission) -> None:
+        self.submission = submission
+        self._session = RemoteSession(submission)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.submission.module.functions:
+            return lambda *args, **kwargs: self._session.call(name, args, kwargs)
+        return getattr(self.submission, name)
+
+    def run(self, world_size: int, function: str, args_per_rank: Sequence[Any], **kwargs: Any) -> list[Any]:
+        """`function` on every rank of a world of `world_size` ranks at once: rank r is called
+        with args_per_rank[r] (a tuple of arguments, or one argument); what each rank returned."""
+        per_rank = [a if isinstance(a, tuple) else (a,) for a in args_per_rank]
+        return self.submission.function(function).spmd(world_size, per_rank, kwargs).outputs
+
+
+def open_module(module: str, time_limit_s: float | None = None) -> NotebookModule:
     """The student's `module`, run in worker processes; prints from every rank are echoed."""
-    return Submission(load_course().module(module), module_folder(module), echo=True, time_limit_s=time_limit_s)
+    submission = Submission(load_course().module(module), module_folder(module), echo=True, time_limit_s=time_limit_s)
+    return NotebookModule(submission)
 
 
 def open_library() -> Library:

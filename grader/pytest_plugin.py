@@ -14,18 +14,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-import grader.testing
 from grader.course import COURSE_ROOT, Course, CourseError, load_course
 from grader.perf import NotMeasuredReliably
 from grader.results import UNMEASURED
-from grader.sandbox import Library, Submission, SubmissionError
-from grader.sandbox.pool import start_zygote
+from grader.sandbox.errors import SubmissionError
+from grader.sandbox.zygote import start_zygote
 
-_SUBMISSIONS = pytest.StashKey[dict[str, Submission]]()
+if TYPE_CHECKING:  # imported when a test first needs them: they import torch
+    from grader.sandbox import Library, Submission
+
+_SUBMISSIONS = pytest.StashKey[dict[str, "Submission"]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,7 +54,30 @@ def pytest_configure(config: pytest.Config) -> None:
     ):
         config.addinivalue_line("markers", marker)
     config.stash[_SUBMISSIONS] = {}
+    if _runs_course_tests(config) and not config.getoption("collectonly"):
+        # Its torch import overlaps with this process's own (the tests' modules import torch).
+        start_zygote(config.getoption("device"))
 
+
+def _runs_course_tests(config: pytest.Config) -> bool:
+    """Whether pytest was pointed at a module's public tests or a hidden suite."""
+    for arg in config.args:
+        path = Path(arg.split("::")[0]).resolve()
+        if path.is_relative_to(COURSE_ROOT / "grader" / "suites") or "assignments" in path.parts:
+            return True
+    return False
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    moved = [Path(a.split("::")[0]).resolve() for a in config.args if "assignments" in Path(a).resolve().parts]
+    moved = [p for p in moved if not p.is_relative_to(COURSE_ROOT)]
+    if not moved or config.getoption("submission"):
+        return None
+    return (
+        f"grader: these tests run your files next to them ({moved[0]}), but this environment's grader, "
+        f"course.toml and hidden suites are those of {COURSE_ROOT}; to use this checkout's, reinstall here: "
+        f"make clean && make grade"
+    )
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     for submission in config.stash.get(_SUBMISSIONS, {}).values():
@@ -101,8 +126,12 @@ def submission(request: pytest.FixtureRequest, course: Course, device: str) -> S
     name = module_of(request.path, course)
     cache = config.stash[_SUBMISSIONS]
     if name not in cache:
+        from grader.sandbox import Submission
+
         root = config.getoption("submission")
-        directory = Path(root) / name if root else course.public_tests(name)
+        # Run straight, a public test runs the files beside it, in whichever checkout it is.
+        beside = request.path.parent if "assignments" in request.path.parts else course.public_tests(name)
+        directory = Path(root) / name if root else beside
         cache[name] = Submission(
             course.module(name),
             directory,
@@ -117,6 +146,8 @@ def submission(request: pytest.FixtureRequest, course: Course, device: str) -> S
 @pytest.fixture(scope="session")
 def library(device: str) -> Iterator[Library]:
     """Trusted workers computing references with the real library (never the student's code)."""
+    from grader.sandbox import Library
+
     trusted = Library(device=device)
     yield trusted
     trusted.close()
@@ -153,6 +184,8 @@ def _replay_hint(item: pytest.Item, error: BaseException) -> str:
     """How to run a failed test again on the same inputs (they are random per grading)."""
     if isinstance(error, SubmissionError) and error.kind == "not_implemented":
         return ""
+    import grader.testing
+
     module = item.path.parent.name
     return f"\nreplay: GRADER_SEED={grader.testing.RUN_SEED} make grade ARGS=\"{module} -k '{item.name}'\""
 

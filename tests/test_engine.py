@@ -24,9 +24,9 @@ from grader.report import render
 from grader.results import FAILED, PASSED, UNMEASURED, GradeReport, ModuleResult, TestResult
 from grader.sandbox import Library, Submission, SubmissionError
 from grader.sandbox.landlock import signals_scoped
-from grader.sandbox.pool import WORLD_MARKER, World
+from grader.sandbox.pool import World
 from grader.sandbox.stubs import stub_message
-from grader.sandbox.zygote import _zygotes
+from grader.sandbox.zygote import WORLD_MARKER, _zygotes
 
 PROBE = '''
 import os

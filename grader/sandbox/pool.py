@@ -39,12 +39,11 @@ from grader.sandbox.deadlock import POLL_S, STILL_S, Deadlock, any_thread_runnin
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
 from grader.sandbox.stacks import where
-from grader.sandbox.zygote import ForkedProcess, ZygoteError, zygote_for
+from grader.sandbox.zygote import WORLD_MARKER, ForkedProcess, ZygoteError, worker_environment, zygote_for
 
 START_TIMEOUT_S = 120.0
 FILE_SIZE_LIMIT_MB = 64
 OUTPUT_READ_LIMIT = 2**20
-WORLD_MARKER = "GRADER_WORLD"  # environment variable naming the world's folder in its processes
 STACK_DUMP_WAIT_S = 0.5
 # After one rank fails, how long the others get to finish before they count as hung on it.
 GRACE_AFTER_ERROR_S = 2.0
@@ -104,23 +103,6 @@ def process_cpu_s(pid: int) -> float:
     return sum(int(v) for v in fields[11:15]) * _TICK_S  # utime, stime, cutime, cstime: fields 14-17
 
 
-def worker_environment(device: str) -> dict[str, str]:
-    """The environment of every worker on `device` (the world marker is added per world)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GRADER_SEED", WORLD_MARKER)}  # the seed is the grader's
-    env.update(
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        PYTHONDONTWRITEBYTECODE="1",  # a .pyc written mid-call would count as bytes sent
-        PYTHONUNBUFFERED="1",  # what a rank printed reaches its log even if it then hangs
-        TORCH_CPP_LOG_LEVEL="ERROR",
-    )
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks are on this machine
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"  # Triton kernels run in the interpreter, on the CPU
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    return env
-
-
 def _command_line(options: dict[str, Any]) -> list[str]:
     """The worker's options as `python -m grader.sandbox.worker` flags (the spawned start)."""
     argv = [sys.executable, "-m", "grader.sandbox.worker"]
@@ -128,11 +110,6 @@ def _command_line(options: dict[str, Any]) -> list[str]:
         for item in value if isinstance(value, list) else [value]:
             argv += [f"--{name.replace('_', '-')}", str(item)]
     return argv
-
-
-def start_zygote(device: str) -> None:
-    """Start this process's zygote for `device` now, without waiting for it to be ready."""
-    zygote_for(device, worker_environment(device), WORLD_MARKER)
 
 
 class WorkerProcess:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 GO = b"go"
+REMOTE = "__kept_in_the_worker__"  # key of the reply standing for a value a session kept there
 
 
 def send_request(conn: Connection, request: dict[str, Any]) -> None:

@@ -67,6 +67,10 @@ class _Worlds:
             self._worlds[(size, distributed)] = world
         return world
 
+    def current(self, size: int, distributed: bool) -> World | None:
+        world = self._worlds.get((size, distributed))
+        return world if world is not None and world.alive else None
+
     def close(self) -> None:
         for world in self._worlds.values():
             world.close()
@@ -224,6 +228,7 @@ class Submission:
         self._broken: dict[tuple[str, int, str], SubmissionError] = {}
         self.case = ""  # the test now running (set by the pytest plugin), named in failures
         self._imported: set[str] = set()  # files a worker has imported without error
+        self._session: dict[str, str] = {}  # names a session's worker keeps -> the function that made them
         self._given: dict[str, str] | None = None
 
     def function(self, name: str) -> RemoteFunction:
@@ -247,9 +252,10 @@ class Submission:
             raise ValueError(f"{len(steps_per_rank)} scripts for {world_size} ranks")
         return self.run(steps_per_rank, distributed=True, return_args=return_args, time_limit_s=time_limit_s)
 
-    def _resolve(self, steps: list[Step]) -> list[dict[str, Any]]:
-        """Each step with its file and refused calls; a method inherits them from its class."""
-        kept: dict[str, str] = {}  # saved name -> the function or class that made it
+    def _resolve(self, steps: list[Step], kept: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Each step with its file and refused calls; a method inherits them from its class.
+        `kept`: saved name -> the function or class that made it (a session's, across calls)."""
+        kept = {} if kept is None else kept
         messages = []
         for step in steps:
             receiver = step.receiver
@@ -277,11 +283,14 @@ class Submission:
         distributed: bool,
         return_args: bool = False,
         time_limit_s: float | None = None,
+        keep: bool = False,
     ) -> CallResult:
+        """Run a script on every rank. With `keep` (a notebook's session, grader/sandbox/remote.py)
+        the worker keeps what the steps saved for the calls after this one."""
         if not self.directory.is_dir():
             name = steps_per_rank[0][0].target
             raise SubmissionError("import", name, f"the submission has no folder {_shown(self.directory)}")
-        resolved = [self._resolve(steps) for steps in steps_per_rank]
+        resolved = [self._resolve(steps, self._session if keep else None) for steps in steps_per_rank]
         first = _remembered_as(resolved[0][0], self.module)
         last = resolved[0][-1]
         _LAST_CALL[0] = f"{last['shown_as']}{describe_arguments(last['args'], last['kwargs'], limit=400)}"
@@ -297,7 +306,7 @@ class Submission:
                 raise self._broken[key]
         if (stub := self._known_stub(resolved[0][0])) is not None:
             raise self._explain(SubmissionError("not_implemented", first, stub), resolved[0])
-        requests = [{"op": "call", "steps": steps, "return_args": return_args} for steps in resolved]
+        requests = [{"op": "call", "steps": steps, "return_args": return_args, "keep": keep} for steps in resolved]
         world = self._worlds.get(len(requests), distributed)
         limit = time_limit_s if time_limit_s is not None else self.time_limit_s
         files = {step["file"] for step in resolved[0] if step["file"]}
@@ -377,9 +386,14 @@ class Submission:
                 prefix = f"[rank {rank}] " if len(printed) > 1 else ""
                 sys.stdout.write(f"{prefix}{line}\n")
 
+    def single_process_world(self) -> World | None:
+        """The live worker that single-process calls (and a notebook's session) run in."""
+        return self._worlds.current(1, False)
+
     def restart(self) -> None:
         """Fresh workers (which import the files again) and a clean slate for hung functions."""
         self._worlds.close()
+        self._session.clear()
         self._broken.clear()
         self._imported.clear()
         self._refusal = None

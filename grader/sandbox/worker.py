@@ -40,7 +40,7 @@ from grader.sandbox.guard import ForbiddenCallError, Guard
 from grader.sandbox.landlock import hide_folders
 from grader.sandbox.loader import LoadError, SubmissionLoader, student_traceback
 from grader.sandbox.probes import measuring
-from grader.sandbox.protocol import GO, encode_reply, is_plain, map_tensors, receive_request, to_grader
+from grader.sandbox.protocol import GO, REMOTE, encode_reply, is_plain, map_tensors, receive_request, to_grader
 from grader.sandbox.script import substitute
 
 # How long a thread the step started may take to finish after the step returned.
@@ -177,6 +177,7 @@ class Worker:
         hide_folders([Path(folder) for folder in options.hide])
         self.directory = Path(options.submission).resolve() if options.submission else None
         self.loader = SubmissionLoader(self.directory) if self.directory else None
+        self.kept: dict[str, Any] = {}  # what a notebook's session built, by name
 
     def reply(self, message: Any) -> None:
         sys.stdout.flush()
@@ -196,11 +197,15 @@ class Worker:
         return {"kind": "forbidden", "message": message}
 
     def resolve(self, step: dict[str, Any], saved: dict[str, Any]) -> Any:
-        """The callable a step names: a method of a kept value, a name in the student's file,
-        or (in a trusted worker) a "package.module:function" import path."""
-        receiver, dot, method = step["target"].partition(".")
+        """The callable a step names: a method of a kept value ("cache.append", or deeper:
+        "scheduler.cache.num_free_blocks"), a name in the student's file, or (in a trusted
+        worker) a "package.module:function" import path."""
+        receiver, dot, path = step["target"].partition(".")
         if dot and receiver in saved:
-            return getattr(saved[receiver], method)
+            found = saved[receiver]
+            for attribute in path.split("."):
+                found = getattr(found, attribute)
+            return found
         if self.loader is not None:
             self.loader.use_given(step["given"])
             return self.loader.function(step["file"], step["target"])
@@ -228,7 +233,8 @@ class Worker:
             self.reply(("cancelled",))
             return
 
-        saved: dict[str, Any] = {}
+        # A notebook's session keeps its objects from call to call (grader/sandbox/remote.py).
+        saved: dict[str, Any] = self.kept if request.get("keep") else {}
         results, figures = [], []
         start = self.clock()
         for index, step in enumerate(steps):
@@ -253,7 +259,11 @@ class Worker:
                 return
             if self.on_gpu and isinstance(result, torch.nn.Module):
                 result = result.cuda()  # a module built from sizes alone starts on the CPU; its inputs are on the GPU
-            if step["save_as"]:
+            if step["send_back"] == "auto":  # a plain value comes back, anything else stays here
+                if not is_plain(result):
+                    saved[step["save_as"]] = result
+                    result = {REMOTE: step["save_as"], "type": type(result).__name__}
+            elif step["save_as"]:
                 saved[step["save_as"]] = result
             results.append(to_grader(result) if step["send_back"] else None)
             figures.append(measured)

@@ -55,6 +55,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+WORLD_MARKER = "GRADER_WORLD"  # environment variable naming the world's folder in its processes
+
 MARKER_PLACEHOLDER = "zygote:" + "." * 1017  # 1024 bytes: room for a world folder's path
 START_TIMEOUT_S = 120.0
 REPLY_TIMEOUT_S = 30.0  # forking and answering take milliseconds; past this the zygote is stuck
@@ -356,6 +358,28 @@ def zygote_for(device: str, environment: dict[str, str], marker: str) -> Zygote:
             zygote = Zygote(device, environment, marker)
             _zygotes[device] = zygote
         return zygote
+
+
+def worker_environment(device: str) -> dict[str, str]:
+    """The environment of every worker on `device` (the world marker is added per world)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADER_SEED", WORLD_MARKER)}  # the seed is the grader's
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONDONTWRITEBYTECODE="1",  # a .pyc written mid-call would count as bytes sent
+        PYTHONUNBUFFERED="1",  # what a rank printed reaches its log even if it then hangs
+        TORCH_CPP_LOG_LEVEL="ERROR",
+    )
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks are on this machine
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels run in the interpreter, on the CPU
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def start_zygote(device: str) -> None:
+    """Start this process's zygote for `device` now, without waiting for it to be ready."""
+    zygote_for(device, worker_environment(device), WORLD_MARKER)
 
 
 @atexit.register
