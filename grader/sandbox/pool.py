@@ -29,6 +29,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Any
 from grader.sandbox.commlog import read as read_comm_line
 from grader.sandbox.deadlock import POLL_S, STILL_S, Deadlock, any_thread_running, in_communication, io_bytes
 from grader.sandbox.errors import SubmissionError
+from grader.sandbox.limits import ReferenceLimit
 from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
 from grader.sandbox.stacks import where
 from grader.sandbox.zygote import WORLD_MARKER, ForkedProcess, ZygoteError, worker_environment, zygote_for
@@ -318,20 +320,29 @@ class World:
             raise SubmissionError("start", "", f"the grader's workers did not start:\n{logs}")
 
     def _collect(
-        self, workers: list[WorkerProcess], deadline: float, grace_on_error: bool = False, watch: bool = False
+        self,
+        workers: list[WorkerProcess],
+        deadline: float,
+        grace_on_error: bool = False,
+        watch: bool = False,
+        limit: Callable[[], float] | None = None,
     ) -> tuple[dict[int, tuple[Any, int]], list[WorkerProcess]]:
         """Replies by rank (message, framed size) until all answered or the deadline; and the
         workers whose pipe closed (the process died). With `watch`, a deadlock among the ranks
-        that have not replied ends the wait early and is left in self.deadlock."""
+        that have not replied ends the wait early and is left in self.deadlock. `limit()`, when
+        given, is the deadline in force now (a limit that follows the reference: limits.py)."""
         pending = {w.replies: w for w in workers}
         replies: dict[int, tuple[Any, int]] = {}
         dead: list[WorkerProcess] = []
         moved, still_since = self._io_total(), time.monotonic()
         while pending:
+            if limit is not None:
+                deadline = min(deadline, limit())
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            ready = wait(list(pending), timeout=min(remaining, POLL_S) if watch else remaining)
+            polling = watch or limit is not None
+            ready = wait(list(pending), timeout=min(remaining, POLL_S) if polling else remaining)
             if watch and not ready and not dead:
                 now, total = time.monotonic(), self._io_total()
                 if total != moved:
@@ -376,8 +387,16 @@ class World:
         lines = {w.rank: read_comm_line(w.comm_path)[1] for w in hung}
         return Deadlock(stacks, lines, sorted(replies), still_s)
 
-    def call(self, requests: list[dict[str, Any]], time_limit: float, function: str) -> CallResult:
-        """Run one request per rank; raise SubmissionError (after cleaning up) on any failure."""
+    def call(
+        self,
+        requests: list[dict[str, Any]],
+        time_limit: float,
+        function: str,
+        reference_limit: ReferenceLimit | None = None,
+    ) -> CallResult:
+        """Run one request per rank; raise SubmissionError (after cleaning up) on any failure.
+        With `reference_limit`, the call's limit follows the reference's time on it (limits.py);
+        `time_limit` is then its ceiling."""
         if not self.alive:
             raise SubmissionError("start", function, "this world was closed")
         # Each step's name, for a report that names the step a hang was in.
@@ -403,8 +422,12 @@ class World:
         start = time.perf_counter()
         for worker in self.workers:
             worker.send(GO)
-        deadline = time.monotonic() + time_limit
-        replies, dead = self._collect(self.workers, deadline, grace_on_error=True, watch=self.distributed)
+        began = time.monotonic()
+        deadline = began + time_limit
+        limit = None if reference_limit is None else (lambda: began + reference_limit.limit_s(time.monotonic() - began))
+        replies, dead = self._collect(
+            self.workers, deadline, grace_on_error=True, watch=self.distributed, limit=limit
+        )
         seconds = time.perf_counter() - start
         others_cpu_s = (machine_busy_s() - busy_before) - (self._our_cpu_s() - ours_before)
         bytes_sent = [
@@ -424,7 +447,11 @@ class World:
             # never clean.
             keep = not dead and len(replies) == self.size and (not self.distributed or not any(bytes_sent))
             keep = keep and all(e["kind"] != "thread" for e in errors.values())
-            self._fail(function, "", dead, replies, errors, time_limit, printed, keep)
+            why = ""
+            if reference_limit is not None:
+                time_limit = reference_limit.limit_s(seconds)
+                why = reference_limit.explain(time_limit)
+            self._fail(function, "", dead, replies, errors, time_limit, printed, keep, why)
         messages = [replies[r][0] for r in range(self.size)]
         return CallResult(
             steps=[m[1] for m in messages],
@@ -451,6 +478,7 @@ class World:
         time_limit: float,
         printed: list[str] | None = None,
         keep: bool = False,
+        why_limit: str = "",
     ) -> None:
         """Describe the failure from the student's point of view, clean up, and raise."""
         label = (lambda r: f"rank {r}: ") if self.size > 1 else (lambda r: "")
@@ -490,7 +518,7 @@ class World:
             kind = "timeout"
             if hung and not phase:
                 step = read_comm_line(hung[0].comm_path)[0]
-            what = f"{self._step_name(step, function)} did not finish within {time_limit:g} s"
+            what = f"{self._step_name(step, function)} did not finish within {time_limit:.2g} s{why_limit}"
             if phase:
                 what += f" ({phase} the submission's files)"
             lines.append(what + ("; where each rank was:" if self.size > 1 else "; it was at:"))

@@ -23,6 +23,7 @@ import os
 import pickle
 import re
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ import torch
 from grader.course import COURSE_ROOT, Function, Module
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.given import given_code, given_names
+from grader.sandbox.limits import ReferenceLimit
 from grader.sandbox.pool import CallResult, World
 from grader.sandbox.script import Step
 from grader.sandbox.stubs import stub_message
@@ -208,6 +210,7 @@ class Submission:
         device: str = "cpu",
         echo: bool = False,
         time_limit_s: float | None = None,
+        reference: Path | None = None,
     ) -> None:
         self.module = module
         self.directory = directory.resolve()
@@ -219,6 +222,17 @@ class Submission:
         forbidden = tuple(sorted({n for f in module.functions.values() for n in f.forbidden}))
         hidden = hidden_folders(self.directory)
         self._worlds = _Worlds(self.directory, device, module.memory_limit_mb, forbidden, hidden)
+        # The reference solution, run on a call that takes long to set its limit (limits.py):
+        # by default the course's solutions/<module>, unless a limit was chosen by hand.
+        if reference is None and time_limit_s is None:
+            reference = COURSE_ROOT / "solutions" / module.name
+        self._reference_busy = threading.Lock()  # one reference call at a time (it runs in a thread)
+        graded_is_reference = reference is not None and reference.resolve() == self.directory
+        self._reference = (
+            _Worlds(reference.resolve(), device, module.memory_limit_mb, (), ())
+            if reference is not None and reference.is_dir() and not graded_is_reference
+            else None
+        )
         self._refusal: str | None = None  # why the code is refused, once the files were read
         # Why a call is not run again. A deadlock or a crash costs only its own case: the very
         # same call (function, world size, arguments) is not run again, any other call gets a
@@ -310,8 +324,11 @@ class Submission:
         world = self._worlds.get(len(requests), distributed)
         limit = time_limit_s if time_limit_s is not None else self.time_limit_s
         files = {step["file"] for step in resolved[0] if step["file"]}
+        following = None
+        if self._reference is not None and time_limit_s is None:
+            following = ReferenceLimit(limit, lambda: self._reference_seconds(requests, distributed, limit))
         try:
-            result = world.call(requests, limit, first)
+            result = world.call(requests, limit, first, following)
         except SubmissionError as error:
             if error.kind in IMPORTED_BEFORE_FAILING:
                 self._imported |= files
@@ -325,6 +342,19 @@ class Submission:
         if self.echo:
             self._echo(result.printed)
         return result
+
+    def _reference_seconds(self, requests: list[dict[str, Any]], distributed: bool, limit: float) -> float | None:
+        """The reference's time on the very same call (None if it failed, or if the reference's
+        workers are still busy with an earlier call: the ceiling stays)."""
+        assert self._reference is not None
+        if not self._reference_busy.acquire(blocking=False):
+            return None
+        try:
+            return self._reference.get(len(requests), distributed).call(requests, limit, "the reference").seconds
+        except SubmissionError:
+            return None
+        finally:
+            self._reference_busy.release()
 
     def _remember(self, error: SubmissionError, first: str, size: int, digest: str, distributed: bool) -> None:
         """Refuse to run this call again (every call of `first` at this size if `digest` is "")."""
@@ -400,6 +430,8 @@ class Submission:
 
     def close(self) -> None:
         self._worlds.close()
+        if self._reference is not None:
+            self._reference.close()
 
 
 class RemoteFunction:
