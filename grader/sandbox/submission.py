@@ -234,11 +234,12 @@ class Submission:
             else None
         )
         self._refusal: str | None = None  # why the code is refused, once the files were read
-        # Why a call is not run again. A deadlock or a crash costs only its own case: the very
+        # Why a call is not run again. A deadlock, a crash or a call past a limit that followed
+        # the reference (seconds: grader/sandbox/limits.py) costs only its own case: the very
         # same call (function, world size, arguments) is not run again, any other call gets a
-        # fresh world. A call that ran out of time (computing, not communicating: a deadlock
-        # is found in about a second) is not retried at that world size, which keeps the
-        # grading time of an infinite loop bounded by (functions x world sizes) time limits.
+        # fresh world. A call past the ceiling alone (no reference at hand) is not retried at
+        # that world size, which keeps the grading time of an infinite loop bounded by
+        # (functions x world sizes) time limits.
         self._broken: dict[tuple[str, int, str], SubmissionError] = {}
         self.case = ""  # the test now running (set by the pytest plugin), named in failures
         self._imported: set[str] = set()  # files a worker has imported without error
@@ -333,7 +334,10 @@ class Submission:
             if error.kind in IMPORTED_BEFORE_FAILING:
                 self._imported |= files
             if error.kind in ("timeout", "deadlock", "crash"):
-                self._remember(error, first, len(requests), digest if error.kind != "timeout" else "", distributed)
+                # A timeout under the ceiling alone (no reference at hand) is remembered for the
+                # whole function at this world size: each of its calls would cost the ceiling.
+                per_call = error.kind != "timeout" or following is not None
+                self._remember(error, first, len(requests), digest if per_call else "", distributed)
                 error = _with_case(error, self._case_line(resolved, error.step))
             if self.echo:
                 self._echo(error.printed)
