@@ -25,12 +25,24 @@ class LoadError(Exception):
         self.kind = kind  # "import" or "missing"
 
 
+GIVEN_CODE = "<given code of "  # the file name given code is compiled under (given.py)
+
+
+def _is_given(filename: str) -> bool:
+    return filename.startswith(GIVEN_CODE)
+
+
 def student_traceback(error: BaseException, directory: Path) -> str:
-    """The traceback of `error` restricted to frames in the student's files (plus the last)."""
+    """The traceback of `error` restricted to frames in the student's files and the course's
+    given code in them (plus the last): an error raised in given code shows which of the
+    student's calls led there."""
     frames = traceback.extract_tb(error.__traceback__)
-    mine = [f for f in frames if Path(f.filename).resolve().is_relative_to(directory)]
+    mine = [f for f in frames if _is_given(f.filename) or Path(f.filename).resolve().is_relative_to(directory)]
     if frames and frames[-1] not in mine:
         mine.append(frames[-1])
+    for frame in mine:
+        if _is_given(frame.filename):  # its line is not in the file: show the name
+            frame.filename = f"{frame.filename[len(GIVEN_CODE) : -1]} (the course's given code)"
     lines = traceback.format_list(mine) + traceback.format_exception_only(type(error), error)
     # Paths relative to the submission's root: "collectives/ring.py", not a grader's temp folder.
     return "".join(lines).rstrip().replace(f"{directory.parent}{os.sep}", "")
