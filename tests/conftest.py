@@ -145,8 +145,14 @@ class GradingServer:
         return int(line.split()[1]), stderr
 
     def close(self) -> None:
+        """End the server; a grading it is still running (the solutions' background grading,
+        when a run of a few test files ends before it) is stopped."""
         self.process.stdin.close()
-        self.process.wait(timeout=60)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         self.log.close()
 
 

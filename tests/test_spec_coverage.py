@@ -49,21 +49,15 @@ def collapse(text: str) -> str:
 
 
 def given_functions() -> set[tuple[str, str]]:
-    """(module, name) of the functions course.toml marks `# given` (code the course provides)."""
-    given, module = set(), None
-    for line in (COURSE_ROOT / "course.toml").read_text().splitlines():
-        if match := re.match(r'\s*name\s*=\s*"(\w+)"', line):
-            module = match.group(1)
-        elif (match := re.match(r"\s*\[modules\.functions\.(\w+)\]\s*#\s*given\b", line)) and module:
-            given.add((module, match.group(1)))
-    return given
+    """(module, name) of the functions course.toml marks `given = "..."` (code the course provides)."""
+    course = load_course(COURSE_ROOT)
+    return {(m.name, f.name) for m in course.modules.values() for f in m.functions.values() if f.given}
 
 
-@cache
 def student_docstrings() -> dict[tuple[str, str], str]:
     """(module, name) -> collapsed docstring of each student function and class, and of each
     public method of a student class that the student writes (it holds a solution fence):
-    "Class.method". Given code (marked `# given` in course.toml, or a docstring that starts with
+    "Class.method". Given code (marked `given` in course.toml, or a docstring that starts with
     "Given") and empty docstrings are left out."""
     given = given_functions()
     docs: dict[tuple[str, str], str] = {}
