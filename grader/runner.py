@@ -93,9 +93,13 @@ def pytest_options(course: Course) -> list[str]:
     """How the grader runs pytest in its own process: as a grading (the plugin's --grading), no
     terminal output or cache, test files imported by path, and none of the user's addopts. No
     unraisable-exception plugin either: it runs full garbage collections at every session's end
-    (0.1 s with torch loaded), and a submission's stray warnings are no verdict."""
+    (0.1 s with torch loaded), and a submission's stray warnings are no verdict. Nor Hypothesis's
+    plugin: `@given` tests run without it, and its end-of-session summary imports all of
+    Hypothesis under pytest's assertion rewriting (seconds)."""
     return [
         "--grading",
+        "-p",
+        "no:hypothesispytest",
         "-p",
         "no:terminal",
         "-p",

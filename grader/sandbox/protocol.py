@@ -68,10 +68,19 @@ def map_tensors(value: Any, function: Callable[[torch.Tensor], torch.Tensor]) ->
     if isinstance(value, torch.Tensor):
         return function(value)
     if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-        return type(value)(map_tensors(item, function) for item in value)
+        return _same_kind(value, [map_tensors(item, function) for item in value])
     if isinstance(value, dict):
         return {k: map_tensors(v, function) for k, v in value.items()}
     return value
+
+
+def _same_kind(value: list | tuple, items: list[Any]) -> list | tuple:
+    """`items` as a list or a tuple like `value`; a named tuple (torch's IncompatibleKeys, a
+    student's own) as a plain tuple: its class could not be rebuilt from an iterable, and the
+    grader's safe loader would refuse it anyway."""
+    if isinstance(value, list):
+        return items if type(value) is list else list(items)
+    return tuple(items)
 
 
 def to_grader(value: Any) -> Any:
@@ -80,7 +89,7 @@ def to_grader(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-        return type(value)(to_grader(item) for item in value)
+        return _same_kind(value, [to_grader(item) for item in value])
     if isinstance(value, dict):
         return {k: to_grader(v) for k, v in value.items()}
     return map_tensors(value, lambda t: t.detach().cpu())
