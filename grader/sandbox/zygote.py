@@ -216,6 +216,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     options = parser.parse_args()
     serve(socket.socket(fileno=options.fd), options.device)
+    # Nothing to save: leave at once rather than tear torch and triton down (a second or more,
+    # which the grader would wait for at every exit).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # ---- in the grader ----------------------------------------------------------------------------
