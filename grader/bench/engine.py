@@ -26,8 +26,8 @@ from pathlib import Path
 from rich.table import Table
 
 from grader.course import Course
-from grader.sandbox.pool import World, start_zygote
-from grader.sandbox.zygote import close_zygotes
+from grader.sandbox.pool import World
+from grader.sandbox.zygote import close_zygotes, start_zygote
 
 WORLD_SIZES = (1, 2, 4)
 STARTS = 3
