@@ -4,6 +4,9 @@ function to implement and its file; the CLI's exit status and messages."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 from conftest import ROOT, by_name, run_grader
@@ -124,3 +127,15 @@ def test_public_tests_run_straight_with_pytest_against_the_stubs():
     assert completed.returncode == 1, completed.stdout[-2000:]
     assert "ring_allreduce is not implemented yet: implement it in assignments/collectives/ring.py" in completed.stdout
     assert "INTERNALERROR" not in completed.stdout
+
+
+def test_public_tests_run_the_files_of_the_checkout_they_are_in(tmp_path):
+    """A copied checkout's `pytest assignments/<m>` tests the copy's files, not those of the
+    checkout the environment was installed from, and says where the grader itself comes from."""
+    copy = tmp_path / "moved" / "assignments" / "collectives"
+    shutil.copytree(ROOT / "assignments" / "collectives", copy, ignore=shutil.ignore_patterns("*.ipynb"))
+    shutil.copy(ROOT / "solutions" / "collectives" / "cost_model.py", copy / "cost_model.py")
+    command = [sys.executable, "-m", "pytest", str(copy), "-k", "allreduce_time", "-p", "no:cacheprovider"]
+    completed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stdout[-3000:]
+    assert "passed" in completed.stdout and "reinstall here" in completed.stdout, completed.stdout[-3000:]

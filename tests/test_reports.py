@@ -152,3 +152,19 @@ def test_text_report_to_a_file_has_no_color_codes(tmp_path):
     assert completed.returncode == 0
     assert "\x1b[" not in out.read_text() and "collectives" in out.read_text()
     assert (ROOT / "README.md").is_file()
+
+
+@pytest.mark.parametrize("kind", ["timeout", "deadlock"])
+def test_a_hang_prints_the_time_limit_hints_once(kind):
+    tests = [TestResult("m", f"t{i}", "hidden", "failed", message="stuck", kind=kind) for i in range(3)]
+    report = GradeReport("course", "sub", "cpu", [ModuleResult("m", "M", 10, tests)])
+    text = render(report, "text")
+    assert text.count("--time-limit SECONDS") == 1 and text.count("--no-timeout") == 1, text
+    calm = GradeReport("course", "sub", "cpu", [ModuleResult("m", "M", 10, [TestResult("m", "t", "hidden", "failed")])])
+    assert "--no-timeout" not in render(calm, "text")
+
+
+def test_the_to_do_column_lists_the_unwritten_functions_before_those_failures_named():
+    tests = [TestResult("m", "t", "hidden", "failed", function="Cache.fork", kind="not_implemented")]
+    module = ModuleResult("m", "M", 10, tests, unwritten=["make_cache", "fork_all"])
+    assert module.to_implement() == ["make_cache", "fork_all", "Cache.fork"]

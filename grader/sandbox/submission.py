@@ -329,7 +329,7 @@ class Submission:
         if self._reference is not None and time_limit_s is None:
             following = ReferenceLimit(limit, lambda: self._reference_seconds(requests, distributed, limit))
         try:
-            result = world.call(requests, limit, first, following)
+            result = world.call(requests, limit, first, reference_limit=following)
         except SubmissionError as error:
             if error.kind in IMPORTED_BEFORE_FAILING:
                 self._imported |= files
