@@ -17,6 +17,10 @@ because it sees every rank of a world from one process:
 3. Why. Each rank's last line in its communication log (grader/sandbox/commlog.py) says which
    peer it waits for; following "waits for" from rank to rank finds the cycle, if there is one
    (rank 0 waits on a recv from 1, rank 1 on a recv from 0).
+
+On a GPU (NCCL) the bytes a rank moves are not counted, so stillness means nothing there: the
+grader looks for deadlocks only in worlds on the CPU (gloo); a GPU world's hang waits for its
+time limit.
 """
 
 from __future__ import annotations

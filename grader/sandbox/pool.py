@@ -287,6 +287,9 @@ class World:
     ) -> None:
         self.size = size
         self.distributed = distributed
+        # Deadlocks are looked for where gloo moves every byte through read/write calls the
+        # kernel counts; NCCL's bytes go over NVLink and InfiniBand, unseen (deadlock.py).
+        self.watch_deadlocks = distributed and device == "cpu"
         self.submission = submission.resolve() if submission else None
         self.workdir = Path(tempfile.mkdtemp(prefix=f"grader-world{size}-"))
         options = {
@@ -426,7 +429,7 @@ class World:
         deadline = began + time_limit
         limit = None if reference_limit is None else (lambda: began + reference_limit.limit_s(time.monotonic() - began))
         replies, dead = self._collect(
-            self.workers, deadline, grace_on_error=True, watch=self.distributed, limit=limit
+            self.workers, deadline, grace_on_error=True, watch=self.watch_deadlocks, limit=limit
         )
         seconds = time.perf_counter() - start
         others_cpu_s = (machine_busy_s() - busy_before) - (self._our_cpu_s() - ours_before)
