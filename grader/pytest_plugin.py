@@ -12,6 +12,8 @@ limit so that a breakpoint() in your code (it opens on your terminal) can be use
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,12 +24,13 @@ from grader.course import COURSE_ROOT, Course, CourseError, load_course
 from grader.perf import NotMeasuredReliably
 from grader.results import UNMEASURED
 from grader.sandbox.errors import SubmissionError
-from grader.sandbox.zygote import start_zygote
+from grader.sandbox.zygote import close_zygotes, start_zygote
 
 if TYPE_CHECKING:  # imported when a test first needs them: they import torch
     from grader.sandbox import Library, Submission
 
 _SUBMISSIONS = pytest.StashKey[dict[str, "Submission"]]()
+_SESSION = pytest.StashKey[pytest.Session]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,12 +82,24 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         f"make clean && make grade"
     )
 
+
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     for submission in config.stash.get(_SUBMISSIONS, {}).values():
         submission.close()
+    session = config.stash.get(_SESSION, None)
+    if session is not None and _runs_course_tests(config) and not config.getoption("grading"):
+        # A student's `pytest assignments/<module>` is over: every report is printed and every
+        # worker gone. Leave now, with pytest's exit status, rather than wait a second for the
+        # interpreter to tear torch down.
+        close_zygotes()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(session.exitstatus))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_SESSION] = session
     if session.config.getoption("grading"):
         # A grading needs workers: the zygote imports torch while pytest collects the tests.
         start_zygote(session.config.getoption("device"))
