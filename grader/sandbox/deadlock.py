@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.sandbox.stacks import Frame, parse_dump
+from grader.sandbox.stacks import waiting_frames
 
 STILL_S = 1.0  # no byte moved on any rank for this long: look at the stacks
 POLL_S = 0.25  # how often the counters are read while a call runs
@@ -63,23 +63,10 @@ def any_thread_running(pid: int) -> bool:
     return False
 
 
-def _waiting_frames(text: str, directory: Path | None) -> list[Frame]:
-    """The frames (innermost first) of the thread that `where` would show for this dump."""
-    threads = parse_dump(text)
-
-    def in_submission(frame: Frame) -> bool:
-        return directory is not None and Path(frame.file).resolve().is_relative_to(directory)
-
-    with_student = [t for t in threads if any(in_submission(f) for f in t[1])]
-    current = [t for t in threads if t[0]]
-    chosen = (with_student or current or threads)[:1]
-    return chosen[0][1] if chosen else []
-
-
 def in_communication(stack: str, directory: Path | None) -> bool:
     """Whether a rank's stack dump shows it blocked in a communication call: its innermost
     Python frame is inside torch.distributed, or is a line that waits on a request."""
-    frames = _waiting_frames(stack, directory)
+    frames = waiting_frames(stack, directory)
     if not frames:
         return False
     innermost = frames[0]

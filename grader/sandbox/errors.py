@@ -23,3 +23,10 @@ class SubmissionError(Exception):
     @property
     def message(self) -> str:
         return str(self)
+
+    def reworded(self, message: str, function: str | None = None) -> SubmissionError:
+        """The same failure (kind, output, step) told with another message."""
+        named = self.function if function is None else function
+        error = SubmissionError(self.kind, named, message, self.exception_type)
+        error.printed, error.step = self.printed, self.step
+        return error

@@ -494,6 +494,8 @@ class World:
         if dead or any(w.rank not in seen for w in hung):
             time.sleep(STACK_DUMP_WAIT_S)
         stacks = {w.rank: seen.get(w.rank) or w.new_stacks() for w in hung}
+        # The step of the script the ranks hung in (not known while importing: none has started).
+        hung_step = read_comm_line(hung[0].comm_path)[0] if hung and not phase else None
         lines: list[str] = []
         exception_type, step = "", None
         if dead:
@@ -514,13 +516,10 @@ class World:
                 message = "\n" + textwrap.indent(message, "  ")
             lines.append(f"{who}: {message}" if who else message.lstrip("\n"))
         elif deadlock is not None:
-            kind = "deadlock"
-            step = read_comm_line(hung[0].comm_path)[0] if hung else None
+            kind, step = "deadlock", hung_step
             lines.append(deadlock_summary(self._step_name(step, function), deadlock, self.size))
         else:
-            kind = "timeout"
-            if hung and not phase:
-                step = read_comm_line(hung[0].comm_path)[0]
+            kind, step = "timeout", hung_step
             what = f"{self._step_name(step, function)} did not finish within {time_limit:.2g} s{why_limit}"
             if phase:
                 what += f" ({phase} the submission's files)"

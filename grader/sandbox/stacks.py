@@ -43,20 +43,27 @@ def parse_dump(text: str) -> list[tuple[bool, list[Frame]]]:
     return [t for t in threads if t[1]]
 
 
+def _in_submission(frame: Frame, directory: Path | None) -> bool:
+    return directory is not None and Path(frame.file).resolve().is_relative_to(directory)
+
+
+def waiting_frames(text: str, directory: Path | None) -> list[Frame]:
+    """The frames (innermost first) of the thread that matters in a dump: the one running the
+    student's code, else the current thread, else the first; [] for a dump without Python stacks."""
+    threads = parse_dump(text)
+    with_student = [t for t in threads if any(_in_submission(f, directory) for f in t[1])]
+    current = [t for t in threads if t[0]]
+    chosen = (with_student or current or threads)[:1]
+    return chosen[0][1] if chosen else []
+
+
 def where(text: str, directory: Path | None) -> str:
     """One line saying where a rank was, pointing at the student's own line when there is one."""
-    threads = parse_dump(text)
-    if not threads:
+    frames = waiting_frames(text, directory)
+    if not frames:
         return "no Python stack (the process did not answer the stack request)"
-
-    def in_submission(frame: Frame) -> bool:
-        return directory is not None and Path(frame.file).resolve().is_relative_to(directory)
-
-    with_student = [t for t in threads if any(in_submission(f) for f in t[1])]
-    current = [t for t in threads if t[0]]
-    _, frames = (with_student or current or threads)[0]
     innermost = frames[0]
-    student = next((f for f in frames if in_submission(f)), None)
+    student = next((f for f in frames if _in_submission(f, directory)), None)
     if student is None:
         return f"{Path(innermost.file).name}:{innermost.line} in {innermost.function}()"
     text = f"{Path(student.file).name}:{student.line} in {student.function}(): {student.source()}"

@@ -169,12 +169,6 @@ def last_call() -> str:
     return _LAST_CALL[0]
 
 
-def _with_case(error: SubmissionError, case: str) -> SubmissionError:
-    named = SubmissionError(error.kind, error.function, error.message + case, error.exception_type)
-    named.printed, named.step = error.printed, error.step
-    return named
-
-
 def _digest(resolved: list[list[dict[str, Any]]]) -> str:
     """A fingerprint of a call: every rank's steps with their arguments."""
     calls = [[(s["target"], s["args"], s["kwargs"], s["save_as"]) for s in steps] for steps in resolved]
@@ -338,7 +332,7 @@ class Submission:
                 # whole function at this world size: each of its calls would cost the ceiling.
                 per_call = error.kind != "timeout" or following is not None
                 self._remember(error, first, len(requests), digest if per_call else "", distributed)
-                error = _with_case(error, self._case_line(resolved, error.step))
+                error = error.reworded(error.message + self._case_line(resolved, error.step))
             if self.echo:
                 self._echo(error.printed)
             raise self._explain(error, resolved[0]) from None
@@ -397,9 +391,7 @@ class Submission:
         if error.kind != "not_implemented":
             if len(steps) > 1 and error.step is not None:
                 message = f"in step {error.step + 1} of {len(steps)} ({shown}): {error.message}"
-                explained = SubmissionError(error.kind, shown, message, error.exception_type)
-                explained.printed, explained.step = error.printed, error.step
-                return explained
+                return error.reworded(message, shown)
             return error
         # The stub's own message names the function that is missing, which may be one the
         # called function uses ("implement dispatch (...)" raised inside MoELayer.forward).
