@@ -27,13 +27,14 @@ _STORAGE = tempfile.TemporaryDirectory(prefix="hypothesis-")
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", _STORAGE.name)
 
 # No "explain" phase: it re-runs a failing example ~150 times to annotate the falsifying
-# example, which the student never sees (a failure shows the assertion's message only).
+# example, which the student never sees (a failure shows the assertion's message only). Slow
+# input generation is the grading machine's state, never a verdict on the submission.
 PROPERTY = settings(
     max_examples=40,
     deadline=None,
     database=None,
     phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
