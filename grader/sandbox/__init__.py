@@ -17,6 +17,7 @@ from typing import Any
 _WHERE = {
     "SubmissionError": "grader.sandbox.errors",
     "CallResult": "grader.sandbox.pool",
+    "Group": "grader.sandbox.script",
     "Saved": "grader.sandbox.script",
     "Step": "grader.sandbox.script",
     "Library": "grader.sandbox.submission",

@@ -41,7 +41,7 @@ from grader.sandbox.landlock import hide_folders
 from grader.sandbox.loader import LoadError, SubmissionLoader, student_traceback
 from grader.sandbox.probes import measuring
 from grader.sandbox.protocol import GO, REMOTE, encode_reply, is_plain, map_tensors, receive_request, to_grader
-from grader.sandbox.script import substitute
+from grader.sandbox.script import Group, build_groups, substitute
 
 # How long a thread the step started may take to finish after the step returned.
 THREAD_GRACE_S = 0.2
@@ -178,6 +178,7 @@ class Worker:
         self.directory = Path(options.submission).resolve() if options.submission else None
         self.loader = SubmissionLoader(self.directory) if self.directory else None
         self.kept: dict[str, Any] = {}  # what a notebook's session built, by name
+        self.groups: dict[Group, Any] = {}  # process groups the grader's steps named, built once
 
     def reply(self, message: Any) -> None:
         sys.stdout.flush()
@@ -235,6 +236,12 @@ class Worker:
 
         # A notebook's session keeps its objects from call to call (grader/sandbox/remote.py).
         saved: dict[str, Any] = self.kept if request.get("keep") else {}
+        if self.options.store:
+            try:  # every member of a group reaches here before its call; none waits on the others
+                build_groups(steps, self.groups)
+            except Exception as error:
+                self.reply(("error", {"kind": "exception", "type": type(error).__name__, "message": f"the grader's process groups: {error}"}))
+                return
         results, figures = [], []
         start = self.clock()
         for index, step in enumerate(steps):
@@ -243,7 +250,7 @@ class Worker:
             threads = set(threading.enumerate())
             try:
                 function = self.resolve(step, saved)
-                args, kwargs = substitute((step["args"], step["kwargs"]), saved)
+                args, kwargs = substitute((step["args"], step["kwargs"]), saved, self.groups)
                 with self.guard.refusing(step["forbidden"], step["target"]), measuring(step["measure"]) as measured:
                     result = function(*args, **kwargs)
                 if self.guard.attempts:
