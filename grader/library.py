@@ -41,3 +41,26 @@ def all_gather(shard: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     out = torch.empty(p * largest, dtype=shard.dtype, device=shard.device)
     dist.all_gather_into_tensor(out, padded)
     return torch.cat([out[r * largest : r * largest + sizes[r]] for r in range(p)])
+
+
+def device_mesh_groups(mesh_shape: list[int], names: list[str], flattened: list[list[str]]) -> dict[str, list[int]]:
+    """The global ranks of this rank's group along every dimension of
+    torch.distributed.device_mesh.init_device_mesh("cpu", mesh_shape, mesh_dim_names=names), and
+    along each list of dimensions in `flattened` (DeviceMesh._flatten, keyed "dp-cp")."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", tuple(mesh_shape), mesh_dim_names=tuple(names))
+    groups = {name: dist.get_process_group_ranks(mesh.get_group(name)) for name in names}
+    for dims in flattened:
+        flat = mesh[tuple(dims)]._flatten("_".join(dims))
+        groups["-".join(dims)] = dist.get_process_group_ranks(flat.get_group())
+    return groups
+
+
+def process_grid_groups(sizes: dict[str, int], order: str, dimensions: list[str]) -> dict[str, list[int]]:
+    """The global ranks of this rank's ProcessGrid.group(d) for each d of `dimensions`, built in
+    that order on every rank (grader/models/process_grid.py)."""
+    from grader.models.process_grid import ProcessGrid
+
+    grid = ProcessGrid(**sizes, order=order)
+    return {d: dist.get_process_group_ranks(grid.group(d)) for d in dimensions}

@@ -22,7 +22,7 @@ from grader.perf import (
 )
 from grader.report import render
 from grader.results import FAILED, PASSED, UNMEASURED, GradeReport, ModuleResult, TestResult
-from grader.sandbox import Library, Submission, SubmissionError
+from grader.sandbox import Group, Library, Submission, SubmissionError
 from grader.sandbox.landlock import signals_scoped
 from grader.sandbox.pool import World
 from grader.sandbox.stubs import stub_message
@@ -289,3 +289,19 @@ def test_the_text_report_keeps_parametrize_ids_which_look_like_markup():
     module.assign_points()
     text = render(GradeReport("course", "sub", "cpu", [module]), "text")
     assert name in text and "rank [1] differs" in text
+
+
+def test_a_group_marker_becomes_the_process_group_of_its_ranks_on_those_ranks_only():
+    """Group((1, 3)) on ranks 1 and 3 while Group((0, 2)) is on ranks 0 and 2 (a world of 4): two
+    groups of 2, each built by its members only; a rank handed a group it is not in is refused."""
+    library = Library()
+    try:
+        groups = [Group((0, 2)), Group((1, 3)), Group((0, 2)), Group((1, 3))]
+        members = library.spmd("torch.distributed:get_process_group_ranks", 4, [(g,) for g in groups])
+        assert members.outputs == [[0, 2], [1, 3], [0, 2], [1, 3]]
+        sizes = library.spmd("torch.distributed:get_world_size", 4, [(g,) for g in groups])
+        assert sizes.outputs == [2, 2, 2, 2], "the same marker again reuses the groups built"
+        with pytest.raises(SubmissionError, match="not a member"):
+            library.spmd("torch.distributed:get_world_size", 4, [(Group((1, 3)),)] * 4)
+    finally:
+        library.close()

@@ -240,7 +240,16 @@ class Worker:
             try:  # every member of a group reaches here before its call; none waits on the others
                 build_groups(steps, self.groups)
             except Exception as error:
-                self.reply(("error", {"kind": "exception", "type": type(error).__name__, "message": f"the grader's process groups: {error}"}))
+                self.reply(
+                    (
+                        "error",
+                        {
+                            "kind": "exception",
+                            "type": type(error).__name__,
+                            "message": f"the grader's process groups: {error}",
+                        },
+                    )
+                )
                 return
         results, figures = [], []
         start = self.clock()
