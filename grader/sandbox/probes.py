@@ -5,6 +5,9 @@ ops      a TorchDispatchMode counting every aten operator call (vectorised code 
          number of operations for T and 8T tokens; a Python loop over tokens does not)
 largest  the same mode, recording the largest tensor any operator produced, in elements
          (a FlashAttention that never materialises seq_q x seq_k stays small)
+reads    the same mode, listing every operator call as (name, bytes of the largest storage
+         among its tensor inputs): the calls that read a big buffer (a KV block pool, a weight)
+         are told apart from small index arithmetic around them
 """
 
 from __future__ import annotations
@@ -18,19 +21,24 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-PROBES = ("flops", "ops", "largest")
+PROBES = ("flops", "ops", "largest", "reads")
 
 
 class OperatorRecorder(TorchDispatchMode):
-    """Counts operator calls and remembers the largest output tensor."""
+    """Counts operator calls, remembers the largest output tensor and, with `reads`, what each
+    call read."""
 
-    def __init__(self) -> None:
+    def __init__(self, reads: bool = False) -> None:
         super().__init__()
         self.calls = 0
         self.largest = 0
         self.largest_op = ""
+        self.reads: list[tuple[str, int]] | None = [] if reads else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.reads is not None:
+            inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            self.reads.append((str(func), max((t.untyped_storage().nbytes() for t in inputs), default=0)))
         out = func(*args, **(kwargs or {}))
         self.calls += 1
         for leaf in tree_leaves(out):
@@ -48,7 +56,8 @@ def measuring(names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
     figures: dict[str, Any] = {}
     with ExitStack() as stack:
         flops = stack.enter_context(FlopCounterMode(display=False)) if "flops" in names else None
-        recorder = stack.enter_context(OperatorRecorder()) if {"ops", "largest"} & set(names) else None
+        recording = {"ops", "largest", "reads"} & set(names)
+        recorder = stack.enter_context(OperatorRecorder(reads="reads" in names)) if recording else None
         yield figures
     if flops is not None:
         figures["flops"] = int(flops.get_total_flops())
@@ -58,3 +67,5 @@ def measuring(names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
         if "largest" in names:
             figures["largest"] = recorder.largest
             figures["largest_op"] = recorder.largest_op
+        if "reads" in names:
+            figures["reads"] = recorder.reads
