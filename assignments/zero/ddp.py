@@ -24,10 +24,14 @@ from torch import nn
 
 
 class DDP(nn.Module):
-    """Wraps `module` for data-parallel training on the default process group.
+    """Wraps `module` for data-parallel training over the ranks of `group` (None: the default
+    group, the whole world). In a 3D/4D-parallel run this is the data-parallel group: the ranks
+    that hold the same model shard (the same tensor- and pipeline-parallel coordinates), so
+    every collective here takes group=group and p is the size of `group`, not of the world.
 
-    - At construction, broadcast every parameter and buffer from rank 0, so that all ranks
-      start identical.
+    - At construction, broadcast every parameter and buffer from the group's rank 0
+      (dist.broadcast(..., group=group, group_src=0)), so that all ranks of the group start
+      identical.
     - Buckets: walk the parameters that require grad in REVERSE order of module.parameters()
       (each tied parameter once) and fill buckets of at most bucket_cap_mb * 2**20 bytes; a
       bucket is closed when adding the next parameter would exceed the cap (a parameter larger
@@ -36,18 +40,20 @@ class DDP(nn.Module):
       gradient of the step is ready).
     - During backward, a hook on each parameter (Tensor.register_post_accumulate_grad_hook)
       marks its gradient ready; when a bucket's gradients are all ready, flatten them into one
-      tensor and start dist.all_reduce(..., async_op=True) on it, right away, once per bucket
-      and per backward. Call dist.all_reduce through the module (`dist.all_reduce`, with
+      tensor and start dist.all_reduce(..., group=group, async_op=True) on it, right away,
+      once per bucket and per backward. Call dist.all_reduce through the module (`dist.all_reduce`, with
       `import torch.distributed as dist`): the grader counts the calls that way.
     - finish_gradient_synchronization(): start the buckets that never became ready (a
       parameter unused in this step on this rank contributes zeros), wait for every bucket,
-      divide by the world size and copy the averages back into each parameter's .grad.
+      divide by p (the size of `group`) and copy the averages back into each parameter's .grad.
     torch.nn.parallel.DistributedDataParallel is refused: write it yourself.
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float | None = 25.0) -> None:
+    def __init__(
+        self, module: nn.Module, bucket_cap_mb: float | None = 25.0, group: dist.ProcessGroup | None = None
+    ) -> None:
         super().__init__()
-        self.module = module
+        self.module, self.group = module, group
         raise NotImplementedError("implement DDP.__init__ (lectures/02-data-parallel-and-zero.md, section 2)")
 
     # (Write any helper functions you need here.)
@@ -133,10 +139,11 @@ def train_ddp(
     inputs: torch.Tensor,
     targets: torch.Tensor,
     bucket_cap_mb: float | None,
+    group: dist.ProcessGroup | None = None,
 ) -> dict[str, object]:
     """Given (the grader calls it on every rank): make_model(variant) loaded from `state`, wrapped in
-    DDP, trained one optimizer step per batch (inputs[i], targets[i]: this rank's slices) on the
-    mean squared error; optimizer "sgd" (momentum 0.9) or "adamw" (weight decay 0.01).
+    DDP over `group` (None: the world), trained one optimizer step per batch (inputs[i], targets[i]:
+    this rank's slices) on the mean squared error; optimizer "sgd" (momentum 0.9) or "adamw" (weight decay 0.01).
 
     Returns the final parameters (state dict) and, per step, what went through dist.all_reduce:
     "calls", "elements" (summed numel) and "calls_before_backward_returned"; and a timeline in
@@ -146,7 +153,7 @@ def train_ddp(
     """
     model = make_model(variant, inputs.shape[-1]).to(inputs.dtype)
     model.load_state_dict(state)
-    ddp = DDP(model, bucket_cap_mb)
+    ddp = DDP(model, bucket_cap_mb, group=group)
     trainable = [p for p in model.parameters() if p.requires_grad]
     if optimizer == "sgd":
         opt = torch.optim.SGD(trainable, lr=lr, momentum=0.9)

@@ -229,3 +229,59 @@ def train_mixed_precision(
         first = first or {name: p.grad.clone() for name, p in master.named_parameters()}
         opt.step()
     return {"state": {k: v.detach().clone() for k, v in master.state_dict().items()}, "grads": first}
+
+
+def train_torch_in_group(
+    ddp_start: dict[str, torch.Tensor],
+    state: dict[str, torch.Tensor],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    lr: float,
+    bucket_cap_mb: float,
+    group,
+) -> list[dict[str, object]]:
+    """What the zero suite's group test runs on each rank, with torch's own data parallelism
+    over `group`, in a trusted world: DistributedDataParallel(process_group=group) from
+    `ddp_start` (AdamW), ZeroRedundancyOptimizer(process_group=group) over AdamW with gradients
+    all-reduced in the group (stage 1), twice, standing for stages 1 and 2, and FSDP2's
+    fully_shard on a DeviceMesh of the group per layer (SGD), each on the plain MLP from `state`.
+    Returns each one's final parameters, in that order."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel
+
+    def train(model: nn.Module, opt, reduce=None) -> None:
+        for x, y in zip(inputs, targets):
+            opt.zero_grad(set_to_none=True)
+            F.mse_loss(model(x), y).backward()
+            for p in reduce or ():
+                dist.all_reduce(p.grad, group=group)
+                p.grad /= dist.get_world_size(group)
+            opt.step()
+
+    results = []
+    model = MLP("plain").to(inputs.dtype)
+    model.load_state_dict(ddp_start)
+    train(
+        DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, process_group=group),
+        make_optimizer("adamw", list(model.parameters()), lr),
+    )
+    results.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    for _ in range(2):
+        model = MLP("plain").to(inputs.dtype)
+        model.load_state_dict(state)
+        opt = ZeroRedundancyOptimizer(
+            model.parameters(), torch.optim.AdamW, process_group=group, lr=lr, weight_decay=0.01
+        )
+        train(model, opt, list(model.parameters()))
+        results.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    model = MLP("plain").to(inputs.dtype)
+    model.load_state_dict(state)
+    mesh = DeviceMesh.from_group(group, "cpu")
+    for layer in model.children():
+        fully_shard(layer, mesh=mesh)
+    train(model, make_optimizer("sgd", list(model.parameters()), lr))
+    results.append({k: v.full_tensor().detach().clone() for k, v in model.state_dict().items()})
+    return results

@@ -12,7 +12,7 @@ bytes are counted."""
 
 
 class ShardedOptimizer(ShardedOptimizer):
-    def __init__(self, params, optimizer_cls, stage=1, **kwargs):
+    def __init__(self, params, optimizer_cls, stage=1, group=None, **kwargs):
         self.params, self.stage = list(params), stage
         self.optimizer = optimizer_cls(self.params, **kwargs)
 

@@ -5,7 +5,7 @@ replicated on every rank."""
 
 
 class ShardedOptimizer(ShardedOptimizer):
-    def __init__(self, params, optimizer_cls, stage=1, **kwargs):
+    def __init__(self, params, optimizer_cls, stage=1, group=None, **kwargs):
         if stage not in (1, 2):
             raise ValueError(f"stage must be 1 or 2, not {stage}")
         self.params, self.stage = list(params), stage

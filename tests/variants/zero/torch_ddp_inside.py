@@ -4,10 +4,12 @@
 
 
 class DDP(nn.Module):
-    def __init__(self, module, bucket_cap_mb=25.0):
+    def __init__(self, module, bucket_cap_mb=25.0, group=None):
         super().__init__()
         self.module = module
-        self.wrapped = torch.nn.parallel.DistributedDataParallel(module, bucket_cap_mb=bucket_cap_mb)
+        self.wrapped = torch.nn.parallel.DistributedDataParallel(
+            module, bucket_cap_mb=bucket_cap_mb, process_group=group
+        )
 
     def forward(self, *args, **kwargs):
         return self.wrapped(*args, **kwargs)
