@@ -36,7 +36,8 @@ def message_tag(kind: str, microbatch: int, boundary: int) -> int:
 
 
 def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[dist.Work]:
-    """Given: post non-blocking sends (dist.isend) of `tensors` to rank `dst`: a header (how
+    """Given: post non-blocking sends (dist.isend) of `tensors` to GLOBAL rank `dst` (its rank in
+    the world, whatever group the pipeline runs in: see run_schedule): a header (how
     many tensors, each one's dtype and shape), then each tensor. Returns the requests: the
     tensors must stay alive and unchanged until each request's wait() returned (wait on all of
     them before run_schedule returns)."""
@@ -50,7 +51,7 @@ def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[dist.Work]:
 
 
 def recv_tensors(src: int, tag: int) -> Tensors:
-    """Given: receive (blocking) the tensors that send_tensors sent from rank `src` with `tag`."""
+    """Given: receive (blocking) the tensors that send_tensors sent from GLOBAL rank `src` with `tag`."""
     length = torch.empty(1, dtype=torch.int64, device=_device())
     dist.recv(length, src, tag=tag)
     header = torch.empty(int(length), dtype=torch.int64, device=_device())
@@ -75,9 +76,16 @@ def run_schedule(
     schedule: Sequence[Sequence[Action]],
     microbatches: Sequence[torch.Tensor],
     loss_fn: Callable[[torch.Tensor | Tensors, int], torch.Tensor],
+    group: dist.ProcessGroup | None = None,
 ) -> list[tuple[Action, float, float]]:
-    """Execute this rank's list of actions, schedule[rank], in order, on the default process
-    group of p = len(schedule) ranks.
+    """Execute this rank's list of actions, schedule[rank], in order, in the pipeline `group` of
+    p = len(schedule) ranks (None: the default group, the whole world).
+
+    - The pipeline group: its rank i (dist.get_rank(group)) is "rank" i of the schedule and holds
+      stage i (and stages i + p, ... when v > 1). In a 3D-parallel run each pipeline is one such
+      group (the ranks with the same data- and tensor-parallel coordinates), and several run at
+      once, so a rank's neighbours are the group's ranks i - 1 and i + 1, whose GLOBAL ranks
+      (dist.get_global_rank(group, i - 1), ...) are what send_tensors and recv_tensors take.
 
     - stage: this rank's chunks, an nn.ModuleList of v modules (chunk c is stage c*p + rank),
       or, when v = 1, the stage's module itself. A chunk's forward takes the tensors the
@@ -98,7 +106,7 @@ def run_schedule(
     - Every send is waited on before returning.
 
     Returns, per executed action in order, (action, start, end): time.perf_counter() seconds
-    when it started and ended. Raises ValueError if len(schedule) is not the world size.
+    when it started and ended. Raises ValueError if len(schedule) is not the size of `group`.
     """
     raise NotImplementedError("implement run_schedule (lectures/08-pipeline-parallelism.md, section 7)")
 
@@ -145,10 +153,12 @@ def train_pipeline(
     seed: int,
     inputs: torch.Tensor,
     targets: torch.Tensor,
+    group: dist.ProcessGroup | None = None,
 ) -> dict[str, object]:
     """Given (the grader calls it on every rank): one training step of the course's model
     (grader.models.pipeline.make_layers(kind, num_layers, width, seed), width and dtype those
-    of `inputs`) cut into p*v stages of consecutive layers, run by run_schedule.
+    of `inputs`) cut into p*v stages of consecutive layers, run by run_schedule in the pipeline
+    `group` (None: the world; p is its size and this rank's stages follow its group rank).
 
     schedule_from "run_schedule": `schedule` is the schedule to run; otherwise the name of a
     function of schedules.py and `schedule` its arguments (its schedule is run). The batch is
@@ -161,7 +171,7 @@ def train_pipeline(
         import schedules
 
         schedule = getattr(schedules, schedule_from)(*schedule)
-    rank, p = dist.get_rank(), dist.get_world_size()
+    rank, p = dist.get_rank(group), dist.get_world_size(group)
     m = 1 + max(a[1] for actions in schedule for a in actions)
     v = 1 + max(a[2] for actions in schedule for a in actions)
     layers = [layer.to(inputs.device) for layer in make_layers(kind, num_layers, inputs.shape[-1], seed, inputs.dtype)]
@@ -174,7 +184,7 @@ def train_pipeline(
     def loss_fn(output: torch.Tensor | Tensors, mb: int) -> torch.Tensor:
         return pipeline_loss(output, pieces[mb][1], batch)
 
-    timeline = run_schedule(chunks if v > 1 else chunks[0], schedule, [x for x, _ in pieces], loss_fn)
+    timeline = run_schedule(chunks if v > 1 else chunks[0], schedule, [x for x, _ in pieces], loss_fn, group=group)
     grads = {
         f"layers.{i}.{name}": param.grad
         for c in range(v)

@@ -34,7 +34,8 @@ def message_tag(kind: str, microbatch: int, boundary: int) -> int:
 
 
 def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[dist.Work]:
-    """Given: post non-blocking sends (dist.isend) of `tensors` to rank `dst`: a header (how
+    """Given: post non-blocking sends (dist.isend) of `tensors` to GLOBAL rank `dst` (its rank in
+    the world, whatever group the pipeline runs in: see run_schedule): a header (how
     many tensors, each one's dtype and shape), then each tensor. Returns the requests: the
     tensors must stay alive and unchanged until each request's wait() returned (wait on all of
     them before run_schedule returns)."""
@@ -48,7 +49,7 @@ def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[dist.Work]:
 
 
 def recv_tensors(src: int, tag: int) -> Tensors:
-    """Given: receive (blocking) the tensors that send_tensors sent from rank `src` with `tag`."""
+    """Given: receive (blocking) the tensors that send_tensors sent from GLOBAL rank `src` with `tag`."""
     length = torch.empty(1, dtype=torch.int64, device=_device())
     dist.recv(length, src, tag=tag)
     header = torch.empty(int(length), dtype=torch.int64, device=_device())
@@ -73,9 +74,16 @@ def run_schedule(
     schedule: Sequence[Sequence[Action]],
     microbatches: Sequence[torch.Tensor],
     loss_fn: Callable[[torch.Tensor | Tensors, int], torch.Tensor],
+    group: dist.ProcessGroup | None = None,
 ) -> list[tuple[Action, float, float]]:
-    """Execute this rank's list of actions, schedule[rank], in order, on the default process
-    group of p = len(schedule) ranks.
+    """Execute this rank's list of actions, schedule[rank], in order, in the pipeline `group` of
+    p = len(schedule) ranks (None: the default group, the whole world).
+
+    - The pipeline group: its rank i (dist.get_rank(group)) is "rank" i of the schedule and holds
+      stage i (and stages i + p, ... when v > 1). In a 3D-parallel run each pipeline is one such
+      group (the ranks with the same data- and tensor-parallel coordinates), and several run at
+      once, so a rank's neighbours are the group's ranks i - 1 and i + 1, whose GLOBAL ranks
+      (dist.get_global_rank(group, i - 1), ...) are what send_tensors and recv_tensors take.
 
     - stage: this rank's chunks, an nn.ModuleList of v modules (chunk c is stage c*p + rank),
       or, when v = 1, the stage's module itself. A chunk's forward takes the tensors the
@@ -96,15 +104,16 @@ def run_schedule(
     - Every send is waited on before returning.
 
     Returns, per executed action in order, (action, start, end): time.perf_counter() seconds
-    when it started and ended. Raises ValueError if len(schedule) is not the world size.
+    when it started and ended. Raises ValueError if len(schedule) is not the size of `group`.
     """
     ### BEGIN SOLUTION
-    rank, p = dist.get_rank(), dist.get_world_size()
+    rank, p = dist.get_rank(group), dist.get_world_size(group)
     if len(schedule) != p:
-        raise ValueError(f"the schedule has {len(schedule)} ranks' lists; the world has {p} ranks")
+        raise ValueError(f"the schedule has {len(schedule)} ranks' lists; the pipeline group has {p} ranks")
     chunks = list(stage) if isinstance(stage, nn.ModuleList) else [stage]
     actions = [tuple(a) for a in schedule[rank]]
-    runner = _StageRunner(chunks, rank, p, microbatches, loss_fn, {(mb, c) for k, mb, c in actions if k == "W"})
+    peers = [r if group is None else dist.get_global_rank(group, r) for r in range(p)]  # group rank -> global
+    runner = _StageRunner(chunks, rank, peers, microbatches, loss_fn, {(mb, c) for k, mb, c in actions if k == "W"})
     timeline = []
     for action in actions:
         start = time.perf_counter()
@@ -119,10 +128,10 @@ def run_schedule(
 class _StageRunner:
     """The state of one rank between actions: what each (microbatch, chunk) still needs."""
 
-    def __init__(self, chunks, rank, p, microbatches, loss_fn, split) -> None:
-        self.chunks, self.rank, self.p = chunks, rank, p
+    def __init__(self, chunks, rank, peers, microbatches, loss_fn, split) -> None:
+        self.chunks, self.rank, self.p, self.peers = chunks, rank, len(peers), peers
         self.microbatches, self.loss_fn, self.split = microbatches, loss_fn, split
-        self.last = p * len(chunks) - 1
+        self.last = self.p * len(chunks) - 1
         self.inputs: dict[tuple[int, int], Tensors] = {}  # received activations (leaves)
         self.outputs: dict[tuple[int, int], Tensors] = {}  # F's outputs (the loss on the last stage)
         self.grad_outputs: dict[tuple[int, int], Tensors | None] = {}
@@ -130,7 +139,8 @@ class _StageRunner:
         self.sends: list[tuple[list[dist.Work], Tensors]] = []
 
     def neighbour(self, stage: int) -> int:
-        return stage % self.p
+        """The global rank holding `stage`."""
+        return self.peers[stage % self.p]
 
     def run(self, kind: str, mb: int, chunk: int) -> None:
         key, stage = (mb, chunk), stage_of(self.rank, chunk, self.p)
@@ -221,10 +231,12 @@ def train_pipeline(
     seed: int,
     inputs: torch.Tensor,
     targets: torch.Tensor,
+    group: dist.ProcessGroup | None = None,
 ) -> dict[str, object]:
     """Given (the grader calls it on every rank): one training step of the course's model
     (grader.models.pipeline.make_layers(kind, num_layers, width, seed), width and dtype those
-    of `inputs`) cut into p*v stages of consecutive layers, run by run_schedule.
+    of `inputs`) cut into p*v stages of consecutive layers, run by run_schedule in the pipeline
+    `group` (None: the world; p is its size and this rank's stages follow its group rank).
 
     schedule_from "run_schedule": `schedule` is the schedule to run; otherwise the name of a
     function of schedules.py and `schedule` its arguments (its schedule is run). The batch is
@@ -237,7 +249,7 @@ def train_pipeline(
         import schedules
 
         schedule = getattr(schedules, schedule_from)(*schedule)
-    rank, p = dist.get_rank(), dist.get_world_size()
+    rank, p = dist.get_rank(group), dist.get_world_size(group)
     m = 1 + max(a[1] for actions in schedule for a in actions)
     v = 1 + max(a[2] for actions in schedule for a in actions)
     layers = [layer.to(inputs.device) for layer in make_layers(kind, num_layers, inputs.shape[-1], seed, inputs.dtype)]
@@ -250,7 +262,7 @@ def train_pipeline(
     def loss_fn(output: torch.Tensor | Tensors, mb: int) -> torch.Tensor:
         return pipeline_loss(output, pieces[mb][1], batch)
 
-    timeline = run_schedule(chunks if v > 1 else chunks[0], schedule, [x for x, _ in pieces], loss_fn)
+    timeline = run_schedule(chunks if v > 1 else chunks[0], schedule, [x for x, _ in pieces], loss_fn, group=group)
     grads = {
         f"layers.{i}.{name}": param.grad
         for c in range(v)
