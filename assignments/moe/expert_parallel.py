@@ -2,9 +2,13 @@
 # (Generated from the course's reference by `python -m grader sync`.)
 """Expert parallelism: the experts of one layer split across ranks (lecture 04, section 6).
 
-With p ranks and E experts (E divisible by p), rank r owns the experts
-r*E/p ... (r+1)*E/p - 1. Every rank holds the whole router and the shared experts, and its own
-batch of tokens. A forward pass is:
+The experts are split over the ranks of an expert-parallel process group (`group`; None: the
+default group, the whole world). With p = the size of the group and E experts (E divisible by
+p), group rank r (dist.get_rank(group)) owns the experts r*E/p ... (r+1)*E/p - 1. Every rank
+holds the whole router and the shared experts, and its own batch of tokens. Every function
+takes `group` because in a real run expert parallelism lives inside a larger mesh (e.g. each
+data-parallel replica, or each pipeline stage, shards its MoE layers over its own few ranks),
+so several expert-parallel groups exchange tokens at once, each only within itself. A forward pass is:
 
     route locally -> all-to-all: send each choice's token to the rank owning its expert
     -> the owner runs its experts -> all-to-all back -> weight and sum at the token's rank
@@ -25,7 +29,8 @@ from torch import nn
 
 
 def shard_experts(layer: MoELayer, group: dist.ProcessGroup | None = None) -> MoELayer:
-    """Given: a copy of `layer` that keeps only this rank's routed experts.
+    """Given: a copy of `layer` that keeps only this rank's routed experts, this rank being
+    group rank dist.get_rank(group) of p = dist.get_world_size(group) (None: the world).
 
     The copy's w_gate, w_up and w_down hold experts first_expert ... first_expert + E/p - 1
     (new parameters: gradients stay on the owning rank); `first_expert` and
@@ -53,8 +58,10 @@ def expert_parallel_forward(
 ) -> torch.Tensor:
     """The output of the whole (dropless) MoE layer for this rank's tokens x (..., d_model).
 
-    layer_shard comes from shard_experts. Build the exchange yourself on
-    dist.all_to_all_single with uneven split sizes (it has no autograd: wrap it in a
+    layer_shard comes from shard_experts(layer, group) with the same `group` (None: the world):
+    p is the size of `group`, "rank r" its group rank, and every exchange is
+    dist.all_to_all_single(..., group=group), whose split lists are indexed by group rank.
+    Build the exchange yourself on dist.all_to_all_single with uneven split sizes (it has no autograd: wrap it in a
     torch.autograd.Function whose backward runs the reverse exchange):
 
     1. route x with the router (topk_route); order the T*k choices by expert, so that the
@@ -76,7 +83,8 @@ def expert_parallel_forward(
 def expert_parallel_forward_backward(
     layer_shard: MoELayer, x: torch.Tensor, grad_output: torch.Tensor, group: dist.ProcessGroup | None = None
 ) -> dict[str, object]:
-    """Given (the grader calls it): expert_parallel_forward, then backward of sum(y * grad_output).
+    """Given (the grader calls it): expert_parallel_forward (over `group`), then backward of
+    sum(y * grad_output).
 
     Returns {"y": y, "x_grad": dL/dx, "grads": {parameter name: dL/dparameter on this rank}}.
     """
