@@ -216,3 +216,61 @@ def brute_force_optimal(budget: float, fit: dict[str, float], points: int = 200_
     if best in (0, points - 1):
         raise AssertionError(f"the brute-force optimum of {fit} at C = {budget:.3g} lies on the grid's edge")
     return n[best].item(), budget / (6 * n[best].item())
+
+
+HUBER_DELTA = 1e-3
+
+
+def huber_log_objective(theta: torch.Tensor, n: torch.Tensor, d: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+    """Chinchilla's approach 3, written here: sum_i Huber_1e-3(logsumexp(a - alpha log N_i,
+    b - beta log D_i, e) - log loss_i), one value per row (a, b, e, alpha, beta) of theta."""
+    a, b, e, alpha, beta = (c[:, None] for c in theta.unbind(-1))
+    terms = torch.stack([a - alpha * n.log(), b - beta * d.log(), e.expand(-1, n.numel())])
+    predicted = torch.logsumexp(terms, 0)
+    target = loss.log().expand_as(predicted)
+    return F.huber_loss(predicted, target, delta=HUBER_DELTA, reduction="none").sum(-1)
+
+
+def as_theta(fit: dict[str, float]) -> torch.Tensor:
+    """(a, b, e, alpha, beta) of a fit given as {"E", "A", "B", "alpha", "beta"}."""
+    return torch.tensor(
+        [math.log(fit["A"]), math.log(fit["B"]), math.log(fit["E"]), fit["alpha"], fit["beta"]], dtype=torch.float64
+    )
+
+
+def runs_from_the_best_starts(n: torch.Tensor, d: torch.Tensor, loss: torch.Tensor, starts: int) -> list[float]:
+    """The objective at the end of L-BFGS (strong Wolfe) from each of the `starts` best points of
+    the Hoffmann et al. grid (6 x 6 x 5 x 5 x 5), best first."""
+    grid = torch.tensor(
+        list(
+            itertools.product(
+                (0.0, 5.0, 10.0, 15.0, 20.0, 25.0), (0.0, 5.0, 10.0, 15.0, 20.0, 25.0),
+                (-1.0, -0.5, 0.0, 0.5, 1.0), (0.0, 0.5, 1.0, 1.5, 2.0), (0.0, 0.5, 1.0, 1.5, 2.0),
+            )
+        ),
+        dtype=torch.float64,
+    )  # fmt: skip
+
+    def objective(theta: torch.Tensor) -> torch.Tensor:
+        return huber_log_objective(theta, n, d, loss) / HUBER_DELTA
+
+    with torch.no_grad():
+        ranked = grid[objective(grid).argsort()[:starts]]
+    return [_minimise(objective, start)[1] * HUBER_DELTA for start in ranked]
+
+
+def fit_diagnosis(fit: dict[str, float], n: torch.Tensor, d: torch.Tensor, loss: torch.Tensor) -> str:
+    """What a wrong fit most likely did wrong, from the objective of approach 3 at its end point:
+    not a minimum of it (its gradient is large), so another objective was minimised; or a
+    minimum of it, but not the lowest one, so too few or the wrong starting points were used."""
+    theta = as_theta(fit)[None].requires_grad_(True)
+    (huber_log_objective(theta, n, d, loss).sum() / HUBER_DELTA).backward()
+    if theta.grad.abs().max().item() > 1e-3:
+        return (
+            "your end point is not a minimum of approach 3's objective: fit log-loss (log L = logsumexp(a - alpha "
+            "log N, b - beta log D, e)) with a Huber loss of delta 1e-3"
+        )
+    return (
+        "your end point is a minimum of approach 3's objective, but not its lowest: start L-BFGS from the "
+        "`starts` best points of the whole grid and keep the best end point"
+    )

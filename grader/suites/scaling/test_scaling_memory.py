@@ -166,6 +166,11 @@ def test_bad_run_arguments_raise_value_error_naming_them(submission):
         (lambda: submission.function("training_time")(1e20, 0, 1e15, 0.5), "n_gpus"),
         (lambda: submission.function("gpu_hours")(1e20, 0.0, 0.5), "peak_flops"),
         (lambda: submission.function("gpu_hours")(1e20, 1e15, 0.0), "mfu"),
+        (lambda: submission.function("gpu_hours")(1e20, 1e15, 40.0), "mfu"),  # 40 meaning 40 %: not a fraction
+        (lambda: submission.function("gpu_hours")(1e20, 1e15, 1.0 + 1e-9), "mfu"),
+        (lambda: submission.function("gpu_hours")(-1e20, 1e15, 0.5), "total_flops"),
+        (lambda: submission.function("training_time")(1e20, 8, 0.0, 0.5), "peak_flops"),
+        (lambda: submission.function("training_time")(1e20, 8, 1e15, 0.0), "mfu"),
     ]
     for call, field in cases:
         error = expect_exception("ValueError", call)
