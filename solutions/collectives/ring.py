@@ -4,7 +4,14 @@ Every function runs on every rank at once (SPMD). Only point-to-point calls are 
 dist.send, dist.recv, dist.isend, dist.irecv, dist.batch_isend_irecv. The grader refuses
 dist.all_reduce and the other collectives while these functions run.
 
-Chunks are always `tensor.flatten().tensor_split(world_size)`: chunk r is owned by rank r, and
+Every function takes `group` (None: the default group, the whole world) and works among its
+ranks only: p is the size of `group` and "rank r" is group rank r (dist.get_rank(group)). In a
+3D/4D-parallel run each dimension of the mesh has its own groups (a tensor-parallel group, a
+data-parallel group, ...), and the groups of one dimension run their collectives at the same
+time, so a ring must never reach outside its group. Point-to-point calls take GLOBAL ranks:
+ring_neighbours(group) gives them.
+
+Chunks are always `tensor.flatten().tensor_split(p)`: chunk r is owned by group rank r, and
 chunk sizes differ by at most one element (some are empty when the tensor is smaller than p).
 """
 
@@ -15,9 +22,10 @@ import torch.distributed as dist
 
 
 def ring_neighbours(group: dist.ProcessGroup | None = None) -> tuple[int, int, int, int]:
-    """(rank, world_size, left, right) of this process in the ring of `group`.
+    """(rank, world_size, left, right) of this process in the ring of `group` (None: the world).
 
-    `left` and `right` are the global ranks to receive from and send to, as dist.send/recv want.
+    `rank` is this process's group rank and `world_size` the size of the group (p); `left` and
+    `right` are the GLOBAL ranks to receive from and send to, as dist.send/recv want.
     """
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
 
@@ -80,9 +88,9 @@ def _all_gather_chunks(chunks: list[torch.Tensor], group: dist.ProcessGroup | No
 
 
 def ring_reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """Return this rank's chunk of the elementwise sum of `tensor` over all ranks.
+    """Return this rank's chunk of the elementwise sum of `tensor` over the ranks of `group`.
 
-    Chunks are `tensor.flatten().tensor_split(world_size)`; rank r returns chunk r of the sum
+    Chunks are `tensor.flatten().tensor_split(p)`; group rank r returns chunk r of the sum
     (a new 1-D tensor, as dist.reduce_scatter_tensor would produce). `tensor` is not modified.
     Every rank passes a tensor of the same shape and dtype. Each rank must send (p-1)/p of the
     tensor's bytes, no more.
@@ -96,7 +104,8 @@ def ring_reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = 
 
 
 def ring_allgather(shard: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """Return the concatenation of every rank's flattened `shard`, in rank order (1-D).
+    """Return the concatenation of every rank's flattened `shard` in `group`, in group-rank
+    order (1-D).
 
     Shards may differ in length by one, as tensor_split makes them, and may be empty; a rank does
     not know the others' lengths in advance. Every shard has the same dtype.
@@ -116,7 +125,7 @@ def ring_allgather(shard: torch.Tensor, group: dist.ProcessGroup | None = None) 
 
 
 def ring_allreduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """Sum `tensor` over all ranks, in place, with the ring algorithm; return `tensor`.
+    """Sum `tensor` over the ranks of `group`, in place, with the ring algorithm; return `tensor`.
 
     Reduce-scatter, then all-gather, over the chunks `tensor.flatten().tensor_split(p)`. Works
     for any shape (contiguous or not), any size (also smaller than p, also empty) and dtype.
