@@ -5,7 +5,7 @@
 # select: bad_run_arguments
 # fails: bad_run_arguments
 # kind:
-# message: mfu
+# message: returned normally: gpu_hours\(.*40\.0\)
 
 
 def gpu_hours(total_flops, peak_flops, mfu):
