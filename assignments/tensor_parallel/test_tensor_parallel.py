@@ -6,9 +6,12 @@ Your functions run in worker processes, never inside pytest; everything distribu
 world of 2 gloo processes through the given helpers region_step, linear_step, block_step and
 cross_entropy_step, which also count the collectives you call through torch.distributed. The
 hidden suite checks more: every operator and layer both ways, the block with sequence
-parallelism and GQA, 4 ranks, the embedding, bad sizes, the bytes each rank sends (read from the
-kernel), what the LayerNorms save for backward, the largest tensor of the loss, and the paper's
-figures of tp_activation_bytes. `make grade` gives the score.
+parallelism and GQA, 4 ranks, two process groups of 2 side by side in a world of 4 (pass
+`group=` to every collective), the embedding, bad sizes and bad targets, the loss on 3-D and
+16-bit logits with ignore_index, the bytes each rank sends (read from the kernel), what the
+LayerNorms and the whole block save for backward (the ParallelBlock docstring's figure), the
+largest tensor of the loss, and the paper's figures of tp_activation_bytes. `make grade` gives
+the score.
 """
 
 from __future__ import annotations

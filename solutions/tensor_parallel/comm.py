@@ -16,9 +16,16 @@ Sequence parallelism (Korthikanti et al. 2022) keeps the activations between tho
 split along the sequence: each rank holds s/p positions. An all-reduce is a reduce-scatter then an
 all-gather, so f and g split in two and move:
 
-    gather_from_sequence_region   forward: all-gather (seq)   backward: reduce-scatter (seq)
-    scatter_to_sequence_region    forward: reduce-scatter     backward: all-gather (seq)
+    gather_from_sequence_parallel_region          forward: all-gather     backward: reduce-scatter
+    reduce_scatter_to_sequence_parallel_region    forward: reduce-scatter backward: all-gather
 
+and scatter_to_sequence_parallel_region (forward: keep this rank's chunk, backward: all-gather)
+enters a sequence region from a replicated tensor (after the embedding, in Megatron-LM). The names
+are Megatron-Core's (megatron.core.tensor_parallel.mappings).
+
+Every operator communicates within `group`, a torch.distributed ProcessGroup (None: the default
+group, every rank of the world): p is the size of `group` and "rank r" a rank's index in it
+(dist.get_rank(group)), so that one world can hold several tensor-parallel groups side by side.
 Tensors in a sequence region are laid out sequence first, (s, ...), as in Megatron-LM: rank r
 holds rows [r*s/p, (r+1)*s/p) of dimension 0, so that a gather along the sequence is a plain
 concatenation of contiguous chunks.
@@ -32,116 +39,148 @@ import torch
 import torch.distributed as dist
 
 
-def copy_to_tp_region(x: torch.Tensor) -> torch.Tensor:
+def copy_to_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """The f operator: returns x unchanged in forward (a new tensor equal to x); in backward the
-    gradient is summed over the ranks of the default group with one dist.all_reduce, so each
-    rank's x.grad is the sum of every rank's gradient of the output. Differentiable (an autograd
-    Function); x of any shape and floating dtype."""
+    gradient is summed over the ranks of `group` (None: the default group) with one
+    dist.all_reduce, so each rank's x.grad is the sum of every member's gradient of the output.
+    Differentiable (an autograd Function); x of any shape and floating dtype."""
     ### BEGIN SOLUTION
-    return _CopyToRegion.apply(x)
+    return _CopyToRegion.apply(x, group)
     ### END SOLUTION
 
 
-def reduce_from_tp_region(x: torch.Tensor) -> torch.Tensor:
-    """The g operator: forward returns the sum of x over the ranks of the default group (one
-    dist.all_reduce, on a copy: the input is not modified); backward passes the gradient through
-    unchanged (the identity). Differentiable; x of any shape and floating dtype."""
+def reduce_from_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """The g operator: forward returns the sum of x over the ranks of `group` (None: the default
+    group; one dist.all_reduce, on a copy: the input is not modified); backward passes the gradient
+    through unchanged (the identity). Differentiable; x of any shape and floating dtype."""
     ### BEGIN SOLUTION
-    return _ReduceFromRegion.apply(x)
+    return _ReduceFromRegion.apply(x, group)
     ### END SOLUTION
 
 
-def gather_from_sequence_region(x: torch.Tensor) -> torch.Tensor:
-    """Forward: every rank's x (its chunk of the sequence, dimension 0) concatenated in rank order
-    along dimension 0, with one all-gather (dist.all_gather_single): a tensor of
-    p * x.shape[0] rows on every rank. Backward: the reduce-scatter of the gradient along
-    dimension 0 (dist.reduce_scatter_single): rank r's x.grad is the sum over ranks of rows
-    [r*n, (r+1)*n) of the output's gradient, n = x.shape[0]. Differentiable; x of any shape
-    with at least one dimension."""
+def gather_from_sequence_parallel_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Forward: the x of every rank of `group` (its chunk of the sequence, dimension 0)
+    concatenated in group-rank order along dimension 0, with one all-gather
+    (dist.all_gather_single): a tensor of p * x.shape[0] rows on every member, p the size of
+    `group`. Backward: the reduce-scatter of the gradient along dimension 0
+    (dist.reduce_scatter_single): the x.grad of group rank r is the sum over the members of rows
+    [r*n, (r+1)*n) of the output's gradient, n = x.shape[0]. Differentiable; x of any shape with
+    at least one dimension."""
     ### BEGIN SOLUTION
-    return _GatherFromSequence.apply(x)
+    return _GatherFromSequence.apply(x, group)
     ### END SOLUTION
 
 
-def scatter_to_sequence_region(x: torch.Tensor) -> torch.Tensor:
-    """The reverse of gather_from_sequence_region. Forward: the sum of x over ranks, of which rank
-    r keeps rows [r*n, (r+1)*n) of dimension 0, n = x.shape[0] / p (one
-    dist.reduce_scatter_single; the input is not modified). Backward: the gradient's chunks of
-    all ranks gathered along dimension 0 (dist.all_gather_single), so x.grad has x's shape. x of
-    any shape with at least one dimension. Raises ValueError when x.shape[0] is not a multiple
-    of the world size."""
+def reduce_scatter_to_sequence_parallel_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """The reverse of gather_from_sequence_parallel_region. Forward: the sum of x over the ranks
+    of `group`, of which group rank r keeps rows [r*n, (r+1)*n) of dimension 0, n = x.shape[0] / p,
+    p the size of `group` (one dist.reduce_scatter_single; the input is not modified). Backward:
+    the gradient's chunks of all members gathered along dimension 0 (dist.all_gather_single), so
+    x.grad has x's shape. x of any shape with at least one dimension. Raises ValueError when
+    x.shape[0] is not a multiple of the size of `group`."""
     ### BEGIN SOLUTION
-    world_size = dist.get_world_size()
-    if x.shape[0] % world_size:
-        raise ValueError(
-            f"scatter_to_sequence_region: dimension 0 of a tensor of shape {tuple(x.shape)} does not "
-            f"split into {world_size} equal chunks"
-        )
-    return _ScatterToSequence.apply(x)
+    _check_rows("reduce_scatter_to_sequence_parallel_region", x, group)
+    return _ReduceScatterToSequence.apply(x, group)
+    ### END SOLUTION
+
+
+def scatter_to_sequence_parallel_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Enters a sequence region from a tensor that is the same on every rank of `group`. Forward:
+    group rank r's rows [r*n, (r+1)*n) of x, n = x.shape[0] / p, p the size of `group` (a new
+    tensor; no communication). Backward: the gradient's chunks of all members gathered along
+    dimension 0 (dist.all_gather_single), so x.grad has x's shape and is the same on every
+    member. x of any shape with at least one dimension. Raises ValueError when x.shape[0] is not a
+    multiple of the size of `group`."""
+    ### BEGIN SOLUTION
+    _check_rows("scatter_to_sequence_parallel_region", x, group)
+    return _ScatterToSequence.apply(x, group)
     ### END SOLUTION
 
 
 ### BEGIN SOLUTION
-def _all_gather_rows(x: torch.Tensor) -> torch.Tensor:
-    """Every rank's x stacked along dimension 0, in rank order."""
+def _check_rows(operator: str, x: torch.Tensor, group: dist.ProcessGroup | None) -> None:
+    world_size = dist.get_world_size(group)
+    if x.shape[0] % world_size:
+        raise ValueError(
+            f"{operator}: dimension 0 of a tensor of shape {tuple(x.shape)} does not split into "
+            f"{world_size} equal chunks"
+        )
+
+
+def _all_gather_rows(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """Every member's x stacked along dimension 0, in group-rank order."""
     x = x.contiguous()
-    out = x.new_empty((dist.get_world_size() * x.shape[0], *x.shape[1:]))
-    dist.all_gather_single(out, x)
+    out = x.new_empty((dist.get_world_size(group) * x.shape[0], *x.shape[1:]))
+    dist.all_gather_single(out, x, group=group)
     return out
 
 
-def _reduce_scatter_rows(x: torch.Tensor) -> torch.Tensor:
-    """This rank's chunk (dimension 0) of the sum of x over ranks."""
+def _reduce_scatter_rows(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """This rank's chunk (dimension 0) of the sum of x over the members of `group`."""
     x = x.contiguous()
-    out = x.new_empty((x.shape[0] // dist.get_world_size(), *x.shape[1:]))
-    dist.reduce_scatter_single(out, x)
+    out = x.new_empty((x.shape[0] // dist.get_world_size(group), *x.shape[1:]))
+    dist.reduce_scatter_single(out, x, group=group)
     return out
 
 
-def _all_reduce(x: torch.Tensor) -> torch.Tensor:
+def _all_reduce(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
     out = x.clone(memory_format=torch.contiguous_format)
-    dist.all_reduce(out)
+    dist.all_reduce(out, group=group)
     return out
 
 
 class _CopyToRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+        ctx.group = group
         return x.clone()
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return _all_reduce(grad)
+    def backward(ctx, grad: torch.Tensor):
+        return _all_reduce(grad, ctx.group), None
 
 
 class _ReduceFromRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return _all_reduce(x)
+    def forward(ctx, x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+        return _all_reduce(x, group)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return grad
+    def backward(ctx, grad: torch.Tensor):
+        return grad, None
 
 
 class _GatherFromSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return _all_gather_rows(x)
+    def forward(ctx, x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+        ctx.group = group
+        return _all_gather_rows(x, group)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return _reduce_scatter_rows(grad)
+    def backward(ctx, grad: torch.Tensor):
+        return _reduce_scatter_rows(grad, ctx.group), None
+
+
+class _ReduceScatterToSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+        ctx.group = group
+        return _reduce_scatter_rows(x, group)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return _all_gather_rows(grad, ctx.group), None
 
 
 class _ScatterToSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return _reduce_scatter_rows(x)
+    def forward(ctx, x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+        ctx.group = group
+        return x.chunk(dist.get_world_size(group))[dist.get_rank(group)].clone()
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return _all_gather_rows(grad)
+    def backward(ctx, grad: torch.Tensor):
+        return _all_gather_rows(grad, ctx.group), None
 
 
 ### END SOLUTION
@@ -210,17 +249,24 @@ def _elements(name: str, args: tuple, kwargs: dict) -> int:
     return tensors[0].numel() if tensors else 0
 
 
-def region_step(operator: str, x: torch.Tensor, grad_output: torch.Tensor) -> dict[str, object]:
-    """Given (the grader calls it on every rank): y = operator(x), operator the name of one of the
-    four functions above, then
-    y.backward(grad_output). Returns "output" (y), "grad" (x.grad), "input_after_forward" (x as
-    the forward left it) and the collectives counted in "forward" and in "backward"
-    (CollectiveCounter.calls)."""
-    regions = (copy_to_tp_region, reduce_from_tp_region, gather_from_sequence_region, scatter_to_sequence_region)
+def region_step(
+    operator: str, x: torch.Tensor, grad_output: torch.Tensor, group: dist.ProcessGroup | None = None
+) -> dict[str, object]:
+    """Given (the grader calls it on every rank of `group`): y = operator(x, group), operator the
+    name of one of the five functions above, then y.backward(grad_output). Returns "output" (y),
+    "grad" (x.grad), "input_after_forward" (x as the forward left it) and the collectives counted
+    in "forward" and in "backward" (CollectiveCounter.calls)."""
+    regions = (
+        copy_to_tp_region,
+        reduce_from_tp_region,
+        gather_from_sequence_parallel_region,
+        reduce_scatter_to_sequence_parallel_region,
+        scatter_to_sequence_parallel_region,
+    )
     function = {f.__name__: f for f in regions}[operator]
     x = x.clone().requires_grad_(True)
     with CollectiveCounter() as forward:
-        y = function(x)
+        y = function(x, group)
     input_after_forward = x.detach().clone()
     with CollectiveCounter() as backward:
         y.backward(grad_output)

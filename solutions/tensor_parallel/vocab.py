@@ -11,6 +11,9 @@ With a vocabulary of V tokens, the input embedding (V, h) and the output project
   each an all-reduce of `tokens` elements: the max (for stability), the sum of exponentials,
   and the target's logit (held by one rank). No rank ever holds the tokens x V logits.
 
+Both split over the p ranks of `group` (None: the default group), rank r being a rank's index
+in it (dist.get_rank(group)).
+
     loss_i = log(sum_j exp(z_ij - m_i)) - (z_{i,t_i} - m_i),    m_i = max_j z_ij
     d loss_i / d z_ij = softmax(z_i)_j - [j == t_i]
 """
@@ -27,10 +30,10 @@ from torch import nn
 class VocabParallelEmbedding(nn.Module):
     """Rank r's rows [r*V/p, (r+1)*V/p) of `weight` (num_embeddings V, embedding_dim), kept as
     the nn.Parameter `self.weight` (V/p, embedding_dim), a copy: the full table given is not
-    kept. p is the world size.
+    kept. p is the size of `group` (None: the default group), r this rank's index in it.
 
     forward(ids): ids an integer tensor of any shape, values in [0, V); each rank looks up the ids
-    of its slice (zeros for the others), and reduce_from_tp_region sums the partial results, so
+    of its slice (zeros for the others), and reduce_from_tp_region(partial, group) sums the partial results, so
     the output (*ids.shape, embedding_dim) is the same on every rank and equals
     F.embedding(ids, full weight). Backward: this rank's weight.grad is its rows of the full
     embedding's gradient (rows of ids outside the slice get nothing).
@@ -39,10 +42,12 @@ class VocabParallelEmbedding(nn.Module):
     (num_embeddings, embedding_dim).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, *, weight: torch.Tensor) -> None:
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, *, weight: torch.Tensor, group: dist.ProcessGroup | None = None
+    ) -> None:
         super().__init__()
         ### BEGIN SOLUTION
-        world_size, rank = dist.get_world_size(), dist.get_rank()
+        world_size, rank = dist.get_world_size(group), dist.get_rank(group)
         if tuple(weight.shape) != (num_embeddings, embedding_dim):
             raise ValueError(
                 f"VocabParallelEmbedding: weight of shape {tuple(weight.shape)}, expected "
@@ -53,6 +58,7 @@ class VocabParallelEmbedding(nn.Module):
         self.per_rank = num_embeddings // world_size
         self.start = rank * self.per_rank
         self.weight = nn.Parameter(weight.detach()[self.start : self.start + self.per_rank].clone())
+        self.group = group
         ### END SOLUTION
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -60,71 +66,112 @@ class VocabParallelEmbedding(nn.Module):
         local = ids - self.start
         outside = (local < 0) | (local >= self.per_rank)
         partial = F.embedding(local.masked_fill(outside, 0), self.weight)
-        return reduce_from_tp_region(partial.masked_fill(outside.unsqueeze(-1), 0.0))
+        return reduce_from_tp_region(partial.masked_fill(outside.unsqueeze(-1), 0.0), self.group)
         ### END SOLUTION
 
 
-def vocab_parallel_cross_entropy(logits_shard: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-token cross-entropy losses of logits split by vocabulary over the ranks of the default
-    group: logits_shard (tokens, V/p) holds rank r's columns [r*V/p, (r+1)*V/p) of the logits,
-    targets (tokens,) the target ids in [0, V), the same on every rank. Returns a tensor of shape
-    (tokens,), the same on every rank, equal to F.cross_entropy(full logits, targets,
-    reduction="none"), differentiable with respect to logits_shard: its gradient is this rank's
-    columns of the full gradient (softmax minus one-hot, times the output's gradient), computed
-    without communication in backward.
+def vocab_parallel_cross_entropy(
+    logits_shard: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    group: dist.ProcessGroup | None = None,
+) -> torch.Tensor:
+    """Per-token cross-entropy losses of logits split by vocabulary over the p ranks of `group`
+    (None: the default group): logits_shard (..., V/p), of any leading shape ((s, b, V/p) or
+    (tokens, V/p)), holds group rank r's columns [r*V/p, (r+1)*V/p) of the logits; targets (...)
+    the target ids, the same on every rank. Returns a tensor of targets' shape, the same on every
+    rank, equal to F.cross_entropy on the whole logits (moved to dimension 1) with
+    reduction="none" and this ignore_index: the loss is 0 where the target is ignore_index, and
+    so is the gradient there. Differentiable with respect to logits_shard: its gradient (of
+    logits_shard's dtype) is this rank's columns of the full gradient (softmax minus one-hot,
+    times the output's gradient), computed without communication in backward.
 
-    Three all-reduces of `tokens` elements each in forward: the max of each row (subtracted
-    before exp: stable for logits of any size), the sum of exponentials, and the target's logit
-    (only the rank whose slice holds the target contributes it). No tensor larger than
-    tokens x V/p elements (plus a few of `tokens`) is ever made: a rank never holds the whole
-    logits.
+    16-bit logits (float16, bfloat16) are computed in float32, as F.cross_entropy on the logits
+    upcast to float32 and as Megatron-Core do: the losses are then float32. Float32 and float64
+    logits give losses of their own dtype.
+
+    Three all-reduces of `tokens` elements each in forward (tokens = targets.numel()): the max of
+    each row (subtracted before exp: stable for logits of any size), the sum of exponentials,
+    and the target's logit (only the rank whose slice holds the target contributes it). No
+    tensor larger than tokens x V/p elements (plus a few of `tokens`) is ever made: a rank never
+    holds the whole logits.
+
+    Raises ValueError, before any communication (so that every rank of `group` raises, none
+    waits), when targets' shape is not logits_shard's without its last dimension, or a target is
+    neither ignore_index nor in [0, V), V = p * logits_shard.shape[-1].
     """
     ### BEGIN SOLUTION
-    return _VocabParallelCrossEntropy.apply(logits_shard, targets)
+    # Targets and shapes are the same on every rank, so every rank reaches the same verdict here.
+    if tuple(targets.shape) != tuple(logits_shard.shape[:-1]):
+        raise ValueError(
+            f"vocab_parallel_cross_entropy: targets of shape {tuple(targets.shape)} for logits of shape "
+            f"{tuple(logits_shard.shape)}; expected targets of shape {tuple(logits_shard.shape[:-1])}"
+        )
+    vocab = dist.get_world_size(group) * logits_shard.shape[-1]
+    invalid = (targets != ignore_index) & ((targets < 0) | (targets >= vocab))
+    if invalid.any():
+        raise ValueError(
+            f"vocab_parallel_cross_entropy: target {int(targets[invalid][0])} is outside [0, {vocab}) and is not "
+            f"ignore_index ({ignore_index})"
+        )
+    return _VocabParallelCrossEntropy.apply(logits_shard, targets, ignore_index, group)
     ### END SOLUTION
 
 
 ### BEGIN SOLUTION
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, group) -> torch.Tensor:
+        ctx.shape, ctx.dtype = logits.shape, logits.dtype
+        # 16-bit logits are accumulated in float32 (exp and its sum lose too much in 16 bits).
+        logits = logits.reshape(-1, logits.shape[-1]).to(torch.promote_types(logits.dtype, torch.float32))
+        targets = targets.reshape(-1)
         per_rank = logits.shape[-1]
-        start = dist.get_rank() * per_rank
+        start = dist.get_rank(group) * per_rank
         row_max = logits.max(dim=-1).values
-        dist.all_reduce(row_max, op=dist.ReduceOp.MAX)  # m_i over the whole vocabulary
+        dist.all_reduce(row_max, op=dist.ReduceOp.MAX, group=group)  # m_i over the whole vocabulary
         shifted = logits - row_max.unsqueeze(-1)
+        ignored = targets == ignore_index
         local = targets - start
-        mine = (local >= 0) & (local < per_rank)
+        mine = (local >= 0) & (local < per_rank) & ~ignored
         index = local.clamp(0, per_rank - 1).unsqueeze(-1)
         target_logit = shifted.gather(-1, index).squeeze(-1).masked_fill(~mine, 0.0)
-        dist.all_reduce(target_logit)  # z_{i,t_i} - m_i, from the rank that holds t_i
+        dist.all_reduce(target_logit, group=group)  # z_{i,t_i} - m_i, from the rank that holds t_i
         exp = shifted.exp_()  # in place: no second tokens x V/p tensor
         sum_exp = exp.sum(dim=-1)
-        dist.all_reduce(sum_exp)
+        dist.all_reduce(sum_exp, group=group)
         softmax = exp.div_(sum_exp.unsqueeze(-1))  # this rank's columns of softmax(z_i)
-        ctx.save_for_backward(softmax, index.squeeze(-1), mine)
-        return sum_exp.log() - target_logit
+        ctx.save_for_backward(softmax, index.squeeze(-1), mine, ignored)
+        losses = (sum_exp.log() - target_logit).masked_fill(ignored, 0.0)
+        return losses.view(ctx.shape[:-1])
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        softmax, index, mine = ctx.saved_tensors
+        softmax, index, mine, ignored = ctx.saved_tensors
         grad_logits = softmax.clone()
         rows = torch.arange(grad_logits.shape[0], device=grad_logits.device)
         grad_logits[rows, index] -= mine.to(grad_logits.dtype)  # minus the one-hot, where it is ours
-        return grad_logits.mul_(grad.unsqueeze(-1)), None
+        scale = grad.reshape(-1).to(grad_logits.dtype).masked_fill(ignored, 0.0)  # ignored tokens: no gradient
+        grad_logits.mul_(scale.unsqueeze(-1))
+        return grad_logits.to(ctx.dtype).view(ctx.shape), None, None, None
 
 
 ### END SOLUTION
 
 
 def embedding_step(
-    num_embeddings: int, weight: torch.Tensor, ids: torch.Tensor, grad_output: torch.Tensor
+    num_embeddings: int,
+    weight: torch.Tensor,
+    ids: torch.Tensor,
+    grad_output: torch.Tensor,
+    group: dist.ProcessGroup | None = None,
 ) -> dict[str, object]:
-    """Given (the grader calls it on every rank): VocabParallelEmbedding(num_embeddings,
-    weight.shape[1], weight=weight), out = embedding(ids), out.backward(grad_output). Returns
+    """Given (the grader calls it on every rank of `group`): VocabParallelEmbedding(
+    num_embeddings, weight.shape[1], weight=weight, group=group), out = embedding(ids),
+    out.backward(grad_output). Returns
     "output", "grad" (this rank's weight.grad), "weight_storage_bytes" (the bytes of the storage
     behind embedding.weight) and the collectives counted in "forward" and in "backward"."""
-    embedding = VocabParallelEmbedding(num_embeddings, weight.shape[1], weight=weight)
+    embedding = VocabParallelEmbedding(num_embeddings, weight.shape[1], weight=weight, group=group)
     with CollectiveCounter() as forward:
         out = embedding(ids)
     with CollectiveCounter() as backward:
@@ -139,14 +186,19 @@ def embedding_step(
 
 
 def cross_entropy_step(
-    logits_shard: torch.Tensor, targets: torch.Tensor, grad_output: torch.Tensor
+    logits_shard: torch.Tensor,
+    targets: torch.Tensor,
+    grad_output: torch.Tensor,
+    ignore_index: int = -100,
+    group: dist.ProcessGroup | None = None,
 ) -> dict[str, object]:
-    """Given (the grader calls it on every rank): losses = vocab_parallel_cross_entropy(
-    logits_shard, targets), losses.backward(grad_output). Returns "loss" (the losses), "grad"
-    (the gradient of logits_shard) and the collectives counted in "forward" and in "backward"."""
+    """Given (the grader calls it on every rank of `group`): losses = vocab_parallel_cross_entropy(
+    logits_shard, targets, ignore_index, group), losses.backward(grad_output). Returns "loss" (the
+    losses), "grad" (the gradient of logits_shard) and the collectives counted in "forward" and in
+    "backward"."""
     logits = logits_shard.detach().requires_grad_(True)
     with CollectiveCounter() as forward:
-        losses = vocab_parallel_cross_entropy(logits, targets)
+        losses = vocab_parallel_cross_entropy(logits, targets, ignore_index, group)
     with CollectiveCounter() as backward:
         losses.backward(grad_output)
     return {"loss": losses.detach(), "grad": logits.grad, "forward": forward.calls, "backward": backward.calls}

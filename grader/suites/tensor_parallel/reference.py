@@ -105,22 +105,23 @@ def chunk(x: torch.Tensor, world_size: int, rank: int) -> torch.Tensor:
     return x.chunk(world_size)[rank].contiguous()
 
 
-def library_collectives(plan: list[str], numel: int) -> None:
+def library_collectives(plan: list[str], numel: int, group=None) -> None:
     """Run, in a trusted world, the collectives a layer should need, on float64 tensors of
-    `numel` elements (the whole tensor reduced or gathered): "all_reduce",
-    "all_gather" (dist.all_gather_single) or "reduce_scatter" (dist.reduce_scatter_single).
-    The bytes each rank sends, counted by the kernel, are the bound a submission is held to."""
+    `numel` elements (the whole tensor reduced or gathered) within `group` (None: the world):
+    "all_reduce", "all_gather" (dist.all_gather_single) or "reduce_scatter"
+    (dist.reduce_scatter_single). The bytes each rank sends, counted by the kernel, are the bound
+    a submission is held to."""
     import torch.distributed as dist
 
-    p = dist.get_world_size()
+    p = dist.get_world_size(group)
     whole = torch.randn(numel, dtype=torch.float64)
     for kind in plan:
         if kind == "all_reduce":
-            dist.all_reduce(whole.clone())
+            dist.all_reduce(whole.clone(), group=group)
         elif kind == "all_gather":
-            dist.all_gather_single(torch.empty_like(whole), whole[: numel // p].clone())
+            dist.all_gather_single(torch.empty_like(whole), whole[: numel // p].clone(), group=group)
         else:
-            dist.reduce_scatter_single(whole.new_empty(numel // p), whole.clone())
+            dist.reduce_scatter_single(whole.new_empty(numel // p), whole.clone(), group=group)
 
 
 def counted(calls: list) -> dict[tuple[str, int], int]:
@@ -187,8 +188,57 @@ def run_block(submission, case: BlockCase):
     return RUNS[key]
 
 
-def expected_collectives(case: BlockCase) -> dict[tuple[str, int], int]:
+def expected_collectives(case: BlockCase) -> dict[str, dict[tuple[str, int], int]]:
+    """The collectives of one block, by direction, as Megatron-Core makes them. TP: the two g's
+    all-reduce in forward, the two f's in backward. SP: forward all-gathers each column layer's
+    input and reduce-scatters each row layer's output; backward all-gathers each row layer's
+    output gradient, all-gathers each column layer's input again (it kept only its chunk: the
+    weight gradient needs the whole) and reduce-scatters that layer's input gradient, as
+    LinearWithGradAccumulationAndAsyncCommunication does with sequence_parallel. All of
+    s*b*hidden elements."""
     whole = case.seq * case.batch * case.hidden
     if case.sequence_parallel:
-        return {("all_gather", whole): 2, ("reduce_scatter", whole): 2}
-    return {("all_reduce", whole): 2}
+        return {
+            "forward": {("all_gather", whole): 2, ("reduce_scatter", whole): 2},
+            "backward": {("all_gather", whole): 4, ("reduce_scatter", whole): 2},
+        }
+    return {"forward": {("all_reduce", whole): 2}, "backward": {("all_reduce", whole): 2}}
+
+
+def collective_plan(case: BlockCase) -> list[str]:
+    """The collectives of one block's forward and backward, as library_collectives runs them."""
+    return [kind for counts in expected_collectives(case).values() for (kind, _), n in counts.items() for _ in range(n)]
+
+
+def ring_bytes(case: BlockCase) -> int:
+    """What an ideal ring sends per rank for the block's plan, in float64: (p-1)/p of the tensor
+    per all-gather or reduce-scatter, twice that per all-reduce."""
+    p, numel = case.world_size, case.seq * case.batch * case.hidden
+    halves = sum(2 if kind == "all_reduce" else 1 for kind in collective_plan(case))
+    return int(halves * (p - 1) / p * numel * 8)
+
+
+def block_saved_elements(case: BlockCase) -> int:
+    """The elements one rank of the ParallelBlock keeps for backward (every storage autograd
+    saves in its forward, parameters excluded), for this case's sizes, float64 and no dropout,
+    as the reference saves them on CPU. With d = h / a, f = ffn_hidden, g = kv_heads, p ranks:
+
+        outside the regions  (4sbh + 4sb) / q       q = p with SP, 1 with TP
+            ln1 and ln2: their inputs (2sbh) and their mean and rstd (4sb); the inputs of the
+            QKV and fc1 matmuls (2sbh), of which SP keeps only this rank's s/p rows (the column
+            layer gathers them again in backward)
+        inside the regions   (sb(a + 2g)d + sbh + a*sb + 2sbf) / p
+            the fused QKV output (q, k, v are views of it, given to SDPA with enable_gqa), the
+            attention output (SDPA saves it; the projection's input is a view of it), SDPA's
+            logsumexp (b, a/p, s) of its CPU flash kernel, the GeLU input and fc2's input.
+
+    Korthikanti et al.'s table 2 (memory.tp_activation_bytes) counts the same regions in 16-bit
+    with dropout and without flash attention: its 10sbh bytes outside the regions (LayerNorm,
+    QKV and fc1 inputs at 2 bytes, two 1-byte dropout masks) are this 4sbh (+ 4sb statistics)
+    without the masks, divided by t under SP as here; inside, a*s^2*b softmax terms become
+    SDPA's a*s*b logsumexp."""
+    s, b, h, a, g, f, p = case.seq, case.batch, case.hidden, case.heads, case.kv_heads, case.ffn_hidden, case.world_size
+    d = h // a
+    outside = 4 * s * b * h + 4 * s * b
+    inside = s * b * (a + 2 * g) * d + s * b * h + a * s * b + 2 * s * b * f
+    return (outside // p if case.sequence_parallel else outside) + inside // p

@@ -10,8 +10,10 @@ worlds of 2 and 4 ranks.
   reference.Block (attention by torch's SDPA with enable_gqa), for TP and SP, MHA and GQA, on 2
   ranks, and GQA for TP and SP on 4.
   The performance checks on the same runs are in test_tensor_parallel_perf.py: the collectives
-  (two all-reduces of s*b*h each way for TP, two all-gathers and two reduce-scatters each way for
-  SP), the bytes each rank sends, the bytes the LayerNorms save for backward.
+  (two all-reduces of s*b*h each way for TP; for SP two all-gathers and two reduce-scatters in
+  forward, four all-gathers and two reduce-scatters in backward), the bytes each rank sends, the
+  bytes the LayerNorms and the whole block save for backward.
+  The same layers within process groups of a larger world are in test_tensor_parallel_groups.py.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def linear_expected(case: LinearCase, rank: int, weight, bias, x, grad_output) -
     if case.kind == "column":
         cols = slice(rank * case.out_features // p, (rank + 1) * case.out_features // p)
         forward = {("all_gather", whole): 1} if sp else {}
-        backward = {("reduce_scatter", whole): 1} if sp else {("all_reduce", whole): 1}
+        # SP: the input's chunk is gathered again for the weight's gradient (Megatron-Core's way)
+        backward = {("all_gather", whole): 1, ("reduce_scatter", whole): 1} if sp else {("all_reduce", whole): 1}
         if case.flag:
             forward[("all_gather", out.numel())] = forward.get(("all_gather", out.numel()), 0) + 1
         return {

@@ -6,10 +6,10 @@ QKV and fc1 outputs in forward."""
 
 def forward(self, x):
     y = _column_forward(self, x)
-    whole = y if self.gather_output else _GatherLastDim.apply(y)
+    whole = y if self.gather_output else _GatherLastDim.apply(y, self.group)
     if self.gather_output:
         return whole
-    return whole.chunk(dist.get_world_size(), dim=-1)[dist.get_rank()]
+    return whole.chunk(dist.get_world_size(self.group), dim=-1)[dist.get_rank(self.group)]
 
 
 _column_forward = ColumnParallelLinear.forward

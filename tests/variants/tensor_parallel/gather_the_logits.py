@@ -5,16 +5,21 @@ right losses and gradients, but every rank holds tokens x V elements."""
 
 class _GatherVocabulary(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, shard):
-        p = dist.get_world_size()
+    def forward(ctx, shard, group):
+        ctx.group = group
+        p = dist.get_world_size(group)
         gathered = shard.new_empty((p * shard.shape[0], shard.shape[1]))
-        dist.all_gather_single(gathered, shard.contiguous())
+        dist.all_gather_single(gathered, shard.contiguous(), group=group)
         return gathered.view(p, *shard.shape).permute(1, 0, 2).reshape(shard.shape[0], -1)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad.chunk(dist.get_world_size(), dim=1)[dist.get_rank()].contiguous()
+        return grad.chunk(dist.get_world_size(ctx.group), dim=1)[dist.get_rank(ctx.group)].contiguous(), None
 
 
-def vocab_parallel_cross_entropy(logits_shard, targets):
-    return F.cross_entropy(_GatherVocabulary.apply(logits_shard), targets, reduction="none")
+def vocab_parallel_cross_entropy(logits_shard, targets, ignore_index=-100, group=None):
+    rows = logits_shard.reshape(-1, logits_shard.shape[-1])
+    losses = F.cross_entropy(
+        _GatherVocabulary.apply(rows, group), targets.reshape(-1), reduction="none", ignore_index=ignore_index
+    )
+    return losses.view(targets.shape)

@@ -7,8 +7,8 @@ sequence for backward (p times the bytes), and each makes an extra all-gather.""
 def forward(self, x):
     if not self.attention.qkv.sequence_parallel:
         return _block_forward(self, x)
-    x = x + self.attention(_own_rows(self.ln1(gather_from_sequence_region(x))))
-    return x + self.mlp(_own_rows(self.ln2(gather_from_sequence_region(x))))
+    x = x + self.attention(_own_rows(self.ln1(gather_from_sequence_parallel_region(x, self.mlp.fc1.group))))
+    return x + self.mlp(_own_rows(self.ln2(gather_from_sequence_parallel_region(x, self.mlp.fc1.group))))
 
 
 def _own_rows(whole):
