@@ -18,6 +18,7 @@ FREES = "test_run_schedule_frees_each_activation_when_its_backward_ran"
 BYTES = "test_run_schedule_sends_each_activation_and_gradient_across_a_boundary_once"
 ORDER = "test_schedules_follow_the_order_their_docstring_gives"
 PUBLIC_INTERLEAVED = "test_interleaved_schedule_halves_the_bubble_with_two_chunks"
+TORCH_ORDER = "test_interleaved_schedule_orders_f_and_b_as_torch_pipelinings_interleaved_1f1b"
 SCHEDULES = "schedule and not real_ranks and not run_schedule"
 
 
@@ -42,7 +43,7 @@ def test_reference_passes_every_counted_check_with_nonzero_counts(reference):
 
 def test_one_microbatch_at_a_time_is_valid_but_fails_the_bubble_and_w_at_the_end_fails_the_memory(tmp_path):
     tests = grade(tmp_path, "one_microbatch_at_a_time", SCHEDULES)
-    assert_only_failing(tests, GPIPE, ONE_F_ONE_B, INTERLEAVED, ZERO_BUBBLE, PUBLIC_INTERLEAVED, ORDER)
+    assert_only_failing(tests, GPIPE, ONE_F_ONE_B, INTERLEAVED, ZERO_BUBBLE, PUBLIC_INTERLEAVED, ORDER, TORCH_ORDER)
     assert "idles (p-1)/p of the time" in tests[ONE_F_ONE_B]["output"]
     assert "1F1B's peak is" in tests[ZERO_BUBBLE]["output"]
 

@@ -80,26 +80,31 @@ def one_f_one_b_schedule(p: int, m: int) -> list[list[Action]]:
 
 
 def interleaved_schedule(p: int, m: int, v: int) -> list[list[Action]]:
-    """Megatron's interleaved 1F1B (Narayanan et al. 2021): rank r holds v chunks, chunk c
-    being stage c*p + r. Microbatches go in groups of p (the last group holds the rest): the
-    k-th forward of a rank runs, within its group, every microbatch of the group through chunk
-    0, then all of them through chunk 1, and so on; the k-th backward takes the same
+    """Megatron's interleaved 1F1B (Narayanan et al. 2021), as torch.distributed.pipelining's
+    ScheduleInterleaved1F1B orders it: rank r holds v chunks, chunk c being stage c*p + r.
+    Microbatches go in rounds of b = m / max(1, m // p) consecutive microbatches (b = p when p
+    divides m, as in Megatron; otherwise fewer, larger rounds, b > p, or one round of b = m < p):
+    the k-th forward of a rank runs, within its round, every microbatch of the round through
+    chunk 0, then all of them through chunk 1, and so on; the k-th backward takes the same
     (microbatch, chunk) order with the chunks reversed (v-1 first). Rank r runs
-    min(2(p-r-1) + (v-1)p, m*v) warm-up forwards, then alternates forward and backward, then
+    min(2(p-r-1) + (v-1)b, m*v) warm-up forwards, then alternates forward and backward, then
     runs the remaining backwards (B unsplit, no W). Communication placed by
-    with_communication. The bubble fraction is (p-1)/(v*m+p-1), about 1/v of 1F1B's. As in
-    Megatron, m must be a multiple of p (a last, partial group can deadlock).
-    Raises ValueError unless p, m and v are integers >= 1 and m is a multiple of p.
+    with_communication. For m >= p the bubble fraction is (p-1)/(v*m+p-1), about 1/v of 1F1B's;
+    a larger round costs memory instead ((v-1)(b-p) more warm-up forwards). The rounds must be
+    equal: m = 5 on p = 2 would leave rounds of 2 and 3, which torch refuses too.
+    Raises ValueError unless p, m and v are integers >= 1 and m is a multiple of max(1, m // p).
     """
     ### BEGIN SOLUTION
     _check(p, m, v)
-    if m % p:
-        raise ValueError(f"the interleaved schedule needs m a multiple of p: m={m}, p={p}")
-    forwards = _interleaved_order(p, m, v)
+    rounds = max(1, m // p)
+    if m % rounds:
+        raise ValueError(f"the interleaved schedule needs m a multiple of its {rounds} rounds (max(1, m // p)): m={m}")
+    size = m // rounds  # b, microbatches per round
+    forwards = _interleaved_order(m, v, size)
     total = m * v
     schedule = []
     for rank in range(p):
-        warmup = min(2 * (p - rank - 1) + (v - 1) * p, total)
+        warmup = min(2 * (p - rank - 1) + (v - 1) * size, total)
         order = [("F", *forwards[k]) for k in range(warmup)]
         for k in range(warmup, total):
             mb, chunk = forwards[k - warmup]
@@ -111,13 +116,12 @@ def interleaved_schedule(p: int, m: int, v: int) -> list[list[Action]]:
 
 
 ### BEGIN SOLUTION
-def _interleaved_order(p: int, m: int, v: int) -> list[tuple[int, int]]:
-    """(microbatch, chunk) of a rank's forwards, in order: per group of p microbatches, the
-    whole group through chunk 0, then through chunk 1, ..."""
+def _interleaved_order(m: int, v: int, size: int) -> list[tuple[int, int]]:
+    """(microbatch, chunk) of a rank's forwards, in order: per round of `size` microbatches,
+    the whole round through chunk 0, then through chunk 1, ..."""
     order = []
-    for first in range(0, m, p):
-        group = range(first, min(first + p, m))
-        order += [(mb, chunk) for chunk in range(v) for mb in group]
+    for first in range(0, m, size):
+        order += [(mb, chunk) for chunk in range(v) for mb in range(first, first + size)]
     return order
 
 

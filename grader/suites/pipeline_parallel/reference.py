@@ -47,9 +47,10 @@ def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Action]]:
 
 
 def _interleaved_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
-    forwards = [(mb, c) for first in range(0, m, p) for c in range(v) for mb in range(first, min(first + p, m))]
+    size = m // max(1, m // p)  # microbatches per round, as torch's ScheduleInterleaved1F1B
+    forwards = [(mb, c) for first in range(0, m, size) for c in range(v) for mb in range(first, first + size)]
     total = m * v
-    warmup = min(2 * (p - rank - 1) + (v - 1) * p, total)
+    warmup = min(2 * (p - rank - 1) + (v - 1) * size, total)
     order = [("F", *forwards[k]) for k in range(warmup)]
     for k in range(warmup, total):
         mb, c = forwards[k - warmup]
@@ -91,3 +92,24 @@ def best_bottleneck(costs: list[float], p: int) -> float:
         bounds = (0, *cuts, n)
         best = min(best, max(math.fsum(costs[a:b]) for a, b in itertools.pairwise(bounds)))
     return best
+
+
+def torch_interleaved_order(p: int, m: int, v: int) -> list[list[tuple[str, int, int]]]:
+    """Each rank's F and B actions, (kind, microbatch, chunk), in the order of
+    torch.distributed.pipelining's ScheduleInterleaved1F1B (its idle steps left out). The
+    per-rank order is computed without a process group: the schedule's own method, on an
+    object holding just the sizes it reads."""
+    from types import SimpleNamespace
+
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
+
+    rounds = max(1, m // p)
+    kinds = {"FORWARD": "F", "FULL_BACKWARD": "B"}
+    orders = []
+    for rank in range(p):
+        sizes = SimpleNamespace(
+            n_local_stages=v, microbatches_per_round=m // rounds, pp_group_size=p, _n_microbatches=m
+        )
+        actions = ScheduleInterleaved1F1B._calculate_single_rank_operations(sizes, rank)
+        orders.append([(kinds[a.computation_type.name], a.microbatch_index, a.stage_index // p) for a in actions if a])
+    return orders

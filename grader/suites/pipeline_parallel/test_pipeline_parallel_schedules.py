@@ -13,10 +13,13 @@ import pytest
 from grader.models.pipeline import ScheduleError, Simulation, simulate
 from grader.sandbox import Step
 from grader.suites.pipeline_parallel.reference import schedule as reference_schedule
+from grader.suites.pipeline_parallel.reference import torch_interleaved_order
 from grader.testing import expect_exception
 
 SIZES = [(1, 1), (1, 3), (2, 1), (2, 2), (2, 5), (3, 2), (3, 7), (4, 4), (4, 8), (4, 6), (5, 11), (8, 16)]
 INTERLEAVED = [(1, 3, 2), (2, 2, 2), (2, 6, 3), (3, 6, 2), (4, 4, 2), (4, 8, 2), (4, 8, 3), (4, 12, 4), (8, 16, 2)]
+# p does not divide m: one round of 3, 4 or 6, or two rounds of 5 (torch's ScheduleInterleaved1F1B)
+UNEVEN = [(2, 3, 2), (3, 4, 2), (4, 6, 2), (4, 10, 2), (4, 7, 3)]
 
 
 def build(submission, function: str, cases: list[tuple[int, ...]]) -> list:
@@ -79,7 +82,9 @@ def test_one_f_one_b_schedule_has_gpipes_bubble_holding_at_most_p_minus_rank_act
 @pytest.mark.perf
 @pytest.mark.points(5)
 def test_interleaved_schedule_cuts_the_bubble_to_p_minus_1_over_vm_plus_p_minus_1(submission):
-    for (p, m, v), schedule in zip(INTERLEAVED, build(submission, "interleaved_schedule", INTERLEAVED)):
+    for (p, m, v), schedule in zip(
+        INTERLEAVED + UNEVEN, build(submission, "interleaved_schedule", INTERLEAVED + UNEVEN)
+    ):
         what = f"interleaved_schedule({p}, {m}, {v})"
         check_shape(schedule, p, what)
         result = replay(schedule, what)
@@ -145,8 +150,8 @@ BAD = [
     ("interleaved_schedule", (2, 4, 0)),
     ("interleaved_schedule", (0, 4, 2)),
     ("interleaved_schedule", (2, 0, 2)),
-    ("interleaved_schedule", (4, 6, 2)),
-    ("interleaved_schedule", (3, 4, 2)),
+    ("interleaved_schedule", (2, 5, 2)),  # rounds of 2 and 3: max(1, m // p) = 2 does not divide 5
+    ("interleaved_schedule", (4, 9, 2)),
     ("zero_bubble_schedule", (0, 3)),
     ("zero_bubble_schedule", (3, 0)),
     ("gpipe_schedule", (2.0, 4)),
@@ -185,3 +190,25 @@ def test_schedules_follow_the_order_their_docstring_gives(submission, function, 
             f"{theirs[first] if first < len(theirs) else 'nothing more'} "
             f"(the actions before it: {mine[max(0, first - 4) : first]})"
         )
+
+
+TORCH_ORDERS = [(2, 4, 2), (4, 8, 2), (2, 3, 2), (4, 3, 2), (4, 6, 2), (4, 10, 2), (3, 8, 3)]
+
+
+@pytest.mark.points(3)
+def test_interleaved_schedule_orders_f_and_b_as_torch_pipelinings_interleaved_1f1b(submission):
+    """Each rank's F and B, in order, against torch.distributed.pipelining's
+    ScheduleInterleaved1F1B, with p dividing m and not (rounds of max(1, m // p))."""
+    for (p, m, v), schedule in zip(TORCH_ORDERS, build(submission, "interleaved_schedule", TORCH_ORDERS)):
+        what = f"interleaved_schedule({p}, {m}, {v})"
+        check_shape(schedule, p, what)
+        size = m // max(1, m // p)
+        for rank, expected in enumerate(torch_interleaved_order(p, m, v)):
+            got = [tuple(a) for a in schedule[rank] if a[0] in ("F", "B")]
+            first = next((i for i, (g, e) in enumerate(zip(got, expected)) if g != e), min(len(got), len(expected)))
+            warmup = min(2 * (p - rank - 1) + (v - 1) * size, m * v)
+            assert got == expected, (
+                f"{what}: rank {rank}'s F and B differ from torch's ScheduleInterleaved1F1B at computation {first}: "
+                f"got {got[first : first + 3]}, torch runs {expected[first : first + 3]} (rounds of "
+                f"b = m / max(1, m // p) = {size} microbatches, {warmup} warm-up forwards)"
+            )

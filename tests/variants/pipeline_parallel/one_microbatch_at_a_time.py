@@ -27,8 +27,8 @@ def one_f_one_b_schedule(p, m):
 
 def interleaved_schedule(p, m, v):
     _check(p, m, v)
-    if m % p:
-        raise ValueError(f"the interleaved schedule needs m a multiple of p: m={m}, p={p}")
+    if m % max(1, m // p):
+        raise ValueError(f"the interleaved schedule needs m a multiple of max(1, m // p): m={m}, p={p}")
     return _one_at_a_time(p, m, v)
 
 
