@@ -148,6 +148,32 @@ def test_prompts_longer_than_the_budget_are_prefilled_in_chunks_oldest_first(sub
     )
 
 
+@pytest.mark.points(3)
+def test_a_newer_request_is_not_admitted_while_the_oldest_waiting_one_does_not_fit(submission):
+    """4 blocks of 4 positions. Request 0 (prompt 8) runs and holds 3 blocks after its first
+    decode; request 1 (prompt 9: a first chunk of 3 blocks) waits for blocks, and request 2
+    (prompt 2: one block, which is free) arrived after it, so it waits too: the second step
+    computes request 0's decode alone. Request 1 is admitted once request 0 has finished."""
+    events = [
+        ("add", 0, _tokens(8, "head-of-line", 0), 5),
+        ("step",),
+        ("add", 1, _tokens(9, "head-of-line", 1), 2),
+        ("add", 2, _tokens(2, "head-of-line", 2), 2),
+        ("step",),
+    ]
+    seen = run_workload(submission, 4, 4, 64, events)
+    got = [[tuple(e) for e in batch] for batch in seen["batches"]]
+    assert got[:2] == [[(0, 8)], [(0, 1)]], (
+        f"the first two steps should be [(0, 8)] and [(0, 1)]: request 1 (the oldest waiting) needs 3 blocks for "
+        f"its chunk and 1 is free, so no newer request is admitted before it, not even request 2 which would "
+        f"fit; got {got[:2]}"
+    )
+    first = {
+        request: next(i for i, batch in enumerate(got) if any(r == request for r, _ in batch)) for request in (1, 2)
+    }
+    assert first[1] <= first[2], f"request 2 was admitted at step {first[2]}, before request 1 (step {first[1]}): {got}"
+
+
 @pytest.mark.points(4)
 def test_preemption_under_few_blocks_keeps_every_output_and_recomputes(submission):
     """5 blocks of 2 positions for three requests of 3 + 6 tokens: they cannot all hold their
