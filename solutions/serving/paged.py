@@ -184,10 +184,11 @@ class ServingModel:
         appends their keys and values to the cache (the cache must have room: see
         PagedKVCache.append) and returns, per entry, the logits after its last token.
 
-    Counters the grader reads (`counts()`): forward calls, tokens computed, and each call's shape
-    (rows, widest chunk, longest past). Attributes: config (TinyGPTConfig), net (the TinyGPT),
-    dtype. Do not run `net` yourself: the grader counts the FLOPs of your whole run and expects
-    those of these forward calls.
+    Counters the grader reads (`counts()`): forward calls, tokens computed, each call's shape
+    (rows, widest chunk, longest past), and the logits returned for each entry with the length
+    of its sequence after the call (so that the grader compares them with one request alone).
+    Attributes: config (TinyGPTConfig), net (the TinyGPT), dtype. Do not run `net` yourself: the
+    grader counts the FLOPs of your whole run and expects those of these forward calls.
     """
 
     def __init__(self, net: TinyGPT) -> None:
@@ -195,6 +196,7 @@ class ServingModel:
         self.dtype = net.token_embedding.weight.dtype
         self.forward_calls, self.tokens_computed = 0, 0
         self.shapes: list[tuple[int, int, int]] = []
+        self.logits: list[tuple[object, int, torch.Tensor]] = []  # (seq_id, length after the call, logits)
 
     def new_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
         """A PagedKVCache shaped for this model (its layers, KV heads, head_dim and dtype)."""
@@ -221,14 +223,18 @@ class ServingModel:
         self.forward_calls += 1
         self.tokens_computed += sum(news)
         self.shapes.append((len(entries), width, longest_past))
+        self.logits += [
+            (seq_id, past + new, row.clone()) for seq_id, past, new, row in zip(seq_ids, pasts, news, logits[:, -1])
+        ]
         return logits[:, -1]
 
     def counts(self) -> dict:
-        """{"forward_calls", "tokens_computed", "shapes"}: what this model has run so far."""
+        """{"forward_calls", "tokens_computed", "shapes", "logits"}: what this model has run so far."""
         return {
             "forward_calls": self.forward_calls,
             "tokens_computed": self.tokens_computed,
             "shapes": list(self.shapes),
+            "logits": list(self.logits),
         }
 
 

@@ -93,20 +93,43 @@ def run_workload(submission, blocks: int, block_size: int, budget: int, events: 
         assert got == expected, (
             f"request {request_id!r} generated {got}, one request alone generates {expected} {where}"
         )
+    check_logits(net, accepted, outputs, counts["logits"], where)
     return {"batches": batches, "outputs": outputs, "counts": counts}
+
+
+def check_logits(net, accepted: dict, outputs: dict, logits: list, where: str) -> None:
+    """Every logits row the model returned (ServingModel records them with the sequence's length
+    after the call) equals, to 1e-9, the logits one request alone gets after the same tokens. The
+    tokens can agree while the logits do not (a random TinyGPT often repeats one token whatever
+    its context): keys and values from the wrong context are caught here."""
+    with torch.no_grad():
+        for request_id, length, row in logits:
+            event = accepted[request_id]
+            tokens = list(event[2]) + list(outputs[request_id])
+            want = net(torch.tensor([tokens[:length]]))[0, -1]
+            worst = (torch.as_tensor(row) - want).abs().max().item()
+            assert worst <= 1e-9, (
+                f"request {request_id!r}: the logits after its first {length} tokens differ from one request "
+                f"alone by up to {worst:.3g}: the cache holds keys or values from another context for its past "
+                f"(a block adopted from the prefix cache must follow the same chain of tokens) {where}"
+            )
 
 
 @st.composite
 def workloads(draw: st.DrawFn) -> tuple[int, int, int, list[tuple]]:
-    """Small caches and budgets; prompts that share prefixes of up to 9 tokens; arrivals between
-    steps; sometimes sampling, a duplicate id or a request larger than the cache."""
+    """Small caches and budgets; prompts that share prefixes of up to 9 tokens, and one block of
+    tokens that recurs after different prefixes; arrivals between steps; sometimes sampling, a
+    duplicate id or a request larger than the cache."""
     block_size = draw(st.sampled_from([2, 3, 4]), label="block_size")
     blocks = draw(st.integers(3, 12), label="num_blocks")
     budget = draw(st.integers(2, 16), label="max_batch_tokens")
     prefixes = [_tokens(9, "prefix", i, block_size, blocks, budget) for i in range(2)]
+    recurring = _tokens(block_size, "recurring", block_size)  # one block of tokens, after different prefixes
     events: list[tuple] = [("step",)] * draw(st.integers(0, 1))
     for request_id in range(draw(st.integers(1, 5), label="requests")):
         shared = draw(st.sampled_from([[], *prefixes]))[: draw(st.integers(0, 9))]
+        if draw(st.booleans(), label="recurring block"):  # cached blocks are keyed by their whole chain
+            shared = shared[: len(shared) // block_size * block_size] + recurring
         suffix = draw(st.lists(st.integers(0, VOCAB - 1), min_size=0 if shared else 1, max_size=7))
         new = draw(st.integers(1, 6))
         temperature = draw(st.sampled_from([0.0, 0.0, 1.5]))
