@@ -64,3 +64,14 @@ def test_sending_each_activation_twice_gives_the_right_gradients_but_fails_the_b
     tests = grade(tmp_path, "sends_each_activation_twice", "run_schedule and (across_a_boundary or two_ranks)")
     assert_only_failing(tests, BYTES)
     assert "rank 0 sent" in tests[BYTES]["output"]
+
+
+def test_the_suites_interleaved_order_is_torch_pipelinings_interleaved_1f1b():
+    """The hidden suite grades interleaved_schedule against the reference's order as torch's
+    ScheduleInterleaved1F1B's: prove they are the same, for every case it grades."""
+    from grader.suites.pipeline_parallel.reference import schedule, torch_interleaved_order
+    from grader.suites.pipeline_parallel.test_pipeline_parallel_schedules import TORCH_ORDERS
+
+    for p, m, v in TORCH_ORDERS:
+        reference = [[a for a in actions if a[0] in ("F", "B")] for actions in schedule("interleaved", p, m, v)]
+        assert reference == torch_interleaved_order(p, m, v), f"p={p}, m={m}, v={v}"

@@ -13,7 +13,6 @@ import pytest
 from grader.models.pipeline import ScheduleError, Simulation, simulate
 from grader.sandbox import Step
 from grader.suites.pipeline_parallel.reference import schedule as reference_schedule
-from grader.suites.pipeline_parallel.reference import torch_interleaved_order
 from grader.testing import expect_exception
 
 SIZES = [(1, 1), (1, 3), (2, 1), (2, 2), (2, 5), (3, 2), (3, 7), (4, 4), (4, 8), (4, 6), (5, 11), (8, 16)]
@@ -198,12 +197,18 @@ TORCH_ORDERS = [(2, 4, 2), (4, 8, 2), (2, 3, 2), (4, 3, 2), (4, 6, 2), (4, 10, 2
 @pytest.mark.points(3)
 def test_interleaved_schedule_orders_f_and_b_as_torch_pipelinings_interleaved_1f1b(submission):
     """Each rank's F and B, in order, against torch.distributed.pipelining's
-    ScheduleInterleaved1F1B, with p dividing m and not (rounds of max(1, m // p))."""
+    ScheduleInterleaved1F1B, with p dividing m and not (rounds of max(1, m // p)). Its order is
+    the reference's (reference.py), which tests/test_pipeline_parallel_checks.py proves equal to
+    torch's own for these cases: importing torch.distributed.pipelining here would cost seconds
+    of every grading."""
     for (p, m, v), schedule in zip(TORCH_ORDERS, build(submission, "interleaved_schedule", TORCH_ORDERS)):
         what = f"interleaved_schedule({p}, {m}, {v})"
         check_shape(schedule, p, what)
         size = m // max(1, m // p)
-        for rank, expected in enumerate(torch_interleaved_order(p, m, v)):
+        torch_order = [
+            [a for a in actions if a[0] in ("F", "B")] for actions in reference_schedule("interleaved", p, m, v)
+        ]
+        for rank, expected in enumerate(torch_order):
             got = [tuple(a) for a in schedule[rank] if a[0] in ("F", "B")]
             first = next((i for i, (g, e) in enumerate(zip(got, expected)) if g != e), min(len(got), len(expected)))
             warmup = min(2 * (p - rank - 1) + (v - 1) * size, m * v)
