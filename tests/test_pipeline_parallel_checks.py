@@ -19,6 +19,8 @@ BYTES = "test_run_schedule_sends_each_activation_and_gradient_across_a_boundary_
 ORDER = "test_schedules_follow_the_order_their_docstring_gives"
 PUBLIC_INTERLEAVED = "test_interleaved_schedule_halves_the_bubble_with_two_chunks"
 TORCH_ORDER = "test_interleaved_schedule_orders_f_and_b_as_torch_pipelinings_interleaved_1f1b"
+INTERLEAVED_PEAK = "test_interleaved_schedule_holds_2_p_minus_r_minus_1_plus_v_minus_1_b_plus_1_chunks_at_its_peak"
+SPLIT_PEAK = "test_run_schedule_keeps_a_split_backwards_graph_until_its_w"
 SCHEDULES = "schedule and not real_ranks and not run_schedule"
 
 
@@ -32,8 +34,10 @@ def reference(solutions_results) -> dict[str, dict]:
 
 
 def test_reference_passes_every_counted_check_with_nonzero_counts(reference):
-    for name in (GPIPE, ONE_F_ONE_B, INTERLEAVED, ZERO_BUBBLE, FREES, BYTES):
+    for name in (GPIPE, ONE_F_ONE_B, INTERLEAVED, ZERO_BUBBLE, FREES, BYTES, INTERLEAVED_PEAK, SPLIT_PEAK):
         assert reference[name]["status"] == "passed", reference[name]["output"]
+    split = reference[SPLIT_PEAK]["extra_data"]["zero_bubble_peak_live_per_rank"]
+    assert split["zero-bubble on 4 ranks, m=9, one-tensor stages, float64"]["peak_live"] == [4, 4, 4, 4]
     figures = reference[BYTES]["extra_data"]
     assert all(figures["payload_bytes_per_rank"] <= sent for sent in figures["bytes_sent_per_rank"])
     peaks = reference[FREES]["extra_data"]["peak_live_per_rank"]
@@ -43,7 +47,9 @@ def test_reference_passes_every_counted_check_with_nonzero_counts(reference):
 
 def test_one_microbatch_at_a_time_is_valid_but_fails_the_bubble_and_w_at_the_end_fails_the_memory(tmp_path):
     tests = grade(tmp_path, "one_microbatch_at_a_time", SCHEDULES)
-    assert_only_failing(tests, GPIPE, ONE_F_ONE_B, INTERLEAVED, ZERO_BUBBLE, PUBLIC_INTERLEAVED, ORDER, TORCH_ORDER)
+    assert_only_failing(
+        tests, GPIPE, ONE_F_ONE_B, INTERLEAVED, ZERO_BUBBLE, PUBLIC_INTERLEAVED, ORDER, TORCH_ORDER, INTERLEAVED_PEAK
+    )
     assert "idles (p-1)/p of the time" in tests[ONE_F_ONE_B]["output"]
     assert "1F1B's peak is" in tests[ZERO_BUBBLE]["output"]
 

@@ -101,8 +101,13 @@ def run_schedule(
       W(mb, c), the weight gradient too; W then computes the weight gradient. Weight gradients
       accumulate in the parameters' .grad over the microbatches: after the schedule they equal
       those of the whole model on the whole batch for the summed loss.
+    - Split backward: a B whose W(mb, c) is in the schedule leaves chunk c's .grad untouched
+      and keeps the graph (torch.autograd.grad(..., retain_graph=True)); that W adds
+      microbatch mb's weight gradient. Each weight gradient is in .grad as soon as its action
+      (W, or the unsplit B) ran: the next forward of the chunk sees it.
     - Memory: what F keeps for backward (its graph, its input and output) is freed as soon as
-      the backward that needs it ran (B, or W when backward is split).
+      the backward that needs it ran (B, or W when backward is split), and not before: each
+      rank holds exactly the simulator's peak of activations for the schedule.
     - Every send is waited on before returning.
 
     Returns, per executed action in order, (action, start, end): time.perf_counter() seconds
@@ -116,13 +121,16 @@ def run_schedule(
 
 class _CountedChunk(nn.Module):
     """Given: a chunk whose forward counts as one held activation until autograd lets go of
-    everything it saved for backward (torch.autograd.graph.saved_tensors_hooks)."""
+    everything it saved for backward (torch.autograd.graph.saved_tensors_hooks), and records,
+    as each forward starts, a copy of its parameters' .grad (None where there is none)."""
 
     def __init__(self, chunk: nn.Module, counter: _LiveCounter) -> None:
         super().__init__()
         self.chunk, self.counter = chunk, counter
+        self.grads_seen: list[list[torch.Tensor | None]] = []
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor | Tensors:
+        self.grads_seen.append([None if q.grad is None else q.grad.detach().clone() for q in self.chunk.parameters()])
         token = self.counter.hold()
         with torch.autograd.graph.saved_tensors_hooks(lambda t: (token, t), lambda packed: packed[1]):
             return self.chunk(*inputs)
@@ -165,7 +173,9 @@ def train_pipeline(
     cut into m microbatches (m = the schedule's, sizes differing by at most one) and the loss
     is pipeline_loss. Returns {"grads": {"layers.i.name": gradient} for this rank's layers,
     "peak_live": the most forwards whose saved tensors were alive at once, "live_after": those
-    still alive after run_schedule returned, "timeline": run_schedule's result}.
+    still alive after run_schedule returned, "timeline": run_schedule's result, "grads_seen":
+    per chunk, per forward of it in the order they ran, {"layers.i.name": its .grad as that
+    forward started (None: no gradient yet)}}.
     """
     if schedule_from != "run_schedule":
         import schedules
@@ -191,4 +201,12 @@ def train_pipeline(
         for i in owned[c]
         for name, param in layers[i].named_parameters()
     }
-    return {"grads": grads, "peak_live": counter.peak, "live_after": counter.live, "timeline": timeline}
+    names = {c: [f"layers.{i}.{name}" for i in owned[c] for name, _ in layers[i].named_parameters()] for c in range(v)}
+    seen = [[dict(zip(names[c], grads_then)) for grads_then in chunks[c].grads_seen] for c in range(v)]
+    return {
+        "grads": grads,
+        "peak_live": counter.peak,
+        "live_after": counter.live,
+        "timeline": timeline,
+        "grads_seen": seen,
+    }

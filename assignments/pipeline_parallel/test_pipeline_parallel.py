@@ -27,6 +27,15 @@ def test_partition_isolates_the_heavy_layer(submission):
     assert stages == [(0, 7), (7, 8)], f"expected [(0, 7), (7, 8)] (largest stage 10), got {stages}"
 
 
+def test_partition_beats_the_greedy_fill_on_the_lectures_example(submission):
+    costs = [2, 2, 2, 5, 5, 2, 2, 2]  # lecture 08, section 2: the average 7.3 misleads a greedy fill
+    stages = submission.function("partition")(costs, 3)
+    assert stages == [(0, 3), (3, 5), (5, 8)], (
+        f"partition({costs}, 3): expected [(0, 3), (3, 5), (5, 8)] (stages 6 | 10 | 6), got {stages}: "
+        f"a greedy fill misses that the two 5s belong together; search every cut (dynamic programming)"
+    )
+
+
 def test_partition_refuses_more_stages_than_layers(submission):
     expect_exception("ValueError", lambda: submission.function("partition")([1, 2], 3))
 
@@ -49,6 +58,10 @@ def test_one_f_one_b_holds_p_minus_rank_activations(submission):
 def test_interleaved_schedule_halves_the_bubble_with_two_chunks(submission):
     result = simulate(submission.function("interleaved_schedule")(4, 8, 2))
     assert result.bubble_fraction == Fraction(3, 19), f"bubble {result.bubble_fraction}, expected (p-1)/(vm+p-1) = 3/19"
+    assert result.peak_activations == [11, 9, 7, 5], (
+        f"interleaved_schedule(4, 8, 2): peak activations per rank {result.peak_activations} (chunks), expected "
+        f"2(p-r-1) + (v-1)b + 1 = [11, 9, 7, 5] (lecture 08's table): warm up with 2(p-r-1) + (v-1)b forwards"
+    )
 
 
 def test_zero_bubble_is_faster_than_one_f_one_b_at_the_same_peak_memory(submission):
@@ -60,6 +73,10 @@ def test_zero_bubble_is_faster_than_one_f_one_b_at_the_same_peak_memory(submissi
     )
     assert zero_bubble.makespan < one_f_one_b.makespan, (
         f"zero-bubble makespan {zero_bubble.makespan}, expected less than 1F1B's {one_f_one_b.makespan}"
+    )
+    assert zero_bubble.makespan == 27, (
+        f"zero_bubble_schedule(4, 8): makespan {zero_bubble.makespan}, expected 27 (lecture 08's table, F = B = W = 1): "
+        f"the B right after a rank's last forward is already followed by the oldest pending W"
     )
 
 

@@ -90,7 +90,9 @@ def interleaved_schedule(p: int, m: int, v: int) -> list[list[Action]]:
     min(2(p-r-1) + (v-1)b, m*v) warm-up forwards, then alternates forward and backward, then
     runs the remaining backwards (B unsplit, no W). Communication placed by
     with_communication. For m >= p the bubble fraction is (p-1)/(v*m+p-1), about 1/v of 1F1B's;
-    a larger round costs memory instead ((v-1)(b-p) more warm-up forwards). The rounds must be
+    a larger round costs memory instead ((v-1)(b-p) more warm-up forwards). Rank r holds
+    min(2(p-r-1) + (v-1)b + 1, m*v) chunks' activations at its peak (11, 9, 7, 5 at p = 4,
+    m = 8, v = 2). The rounds must be
     equal: m = 5 on p = 2 would leave rounds of 2 and 3, which torch refuses too.
     Raises ValueError unless p, m and v are integers >= 1 and m is a multiple of max(1, m // p).
     """
@@ -133,10 +135,12 @@ def zero_bubble_schedule(p: int, m: int) -> list[list[Action]]:
     W (weight gradient, which can wait). Each rank runs 1F1B's order of F and B; each W is put
     off to fill what would be idle time, but a rank never holds more than min(p, m)
     microbatches' activations (1F1B's peak): before a forward that would exceed it, the rank
-    first runs the oldest pending W. Once every forward ran, each B is followed by one pending
-    W; the W still pending then run at the end. Communication placed by with_communication.
-    With F = B = W and m >= p its makespan is at most m(F+B+W) + (p-1)(F+B-W), below 1F1B's
-    m(F+B+W) + (p-1)(F+B+W).
+    first runs the oldest pending W. From the B that comes right after the rank's last forward
+    on (that B included: on rank p-1 it is the B of microbatch m-1), each B is immediately
+    followed by the oldest pending W; the W still pending after the last B then run at the end,
+    oldest first. Communication placed by with_communication. With F = B = W and m >= p its
+    makespan is at most m(F+B+W) + (p-1)(F+B-W), below 1F1B's m(F+B+W) + (p-1)(F+B+W): 27
+    against 33 at p = 4, m = 8.
     Raises ValueError unless p and m are integers >= 1.
     """
     ### BEGIN SOLUTION

@@ -85,6 +85,21 @@ def one_process_grads(
     return {f"layers.{i}.{name}": p.grad for i, layer in enumerate(layers) for name, p in layer.named_parameters()}
 
 
+def microbatch_grads(
+    kind: str, num_layers: int, seed: int, inputs: torch.Tensor, targets: torch.Tensor, m: int
+) -> list[dict[str, torch.Tensor]]:
+    """Per microbatch (the batch cut as train_pipeline cuts it), the weight gradients of its
+    loss alone (its share of the whole batch's summed loss), named as train_pipeline names them."""
+    batch, grads = inputs.shape[0], []
+    for x, y in zip(inputs.tensor_split(m), targets.tensor_split(m)):
+        layers = make_layers(kind, num_layers, inputs.shape[-1], seed, inputs.dtype)
+        pipeline_loss(Chunk(layers)(x), y, batch).backward()
+        grads.append(
+            {f"layers.{i}.{name}": p.grad for i, layer in enumerate(layers) for name, p in layer.named_parameters()}
+        )
+    return grads
+
+
 def best_bottleneck(costs: list[float], p: int) -> float:
     """The smallest largest-stage cost over every way to cut `costs` into p contiguous non-empty stages."""
     n, best = len(costs), math.inf

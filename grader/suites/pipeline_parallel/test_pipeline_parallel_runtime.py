@@ -18,7 +18,7 @@ import torch
 from grader.models.pipeline import ScheduleError, simulate
 from grader.perf import with_slack
 from grader.sandbox import Step, SubmissionError
-from grader.suites.pipeline_parallel.reference import one_process_grads, schedule
+from grader.suites.pipeline_parallel.reference import microbatch_grads, one_process_grads, schedule
 from grader.testing import assert_matches, expect_exception, generator
 
 WIDTH, ROWS, SEED = 6, 13, 17
@@ -149,6 +149,101 @@ def test_run_schedule_frees_each_activation_when_its_backward_ran(submission, re
         assert not any(left), (
             f"{describe(case)}: after run_schedule returned, ranks still hold {left} forwards' saved tensors: "
             f"free each one once its backward ran (a graph kept with retain_graph=True keeps itself alive)"
+        )
+
+
+def weight_gradient_actions(actions: list) -> dict[tuple[int, int], str]:
+    """(microbatch, chunk) -> the kind of the action that computes its weight gradient: W when
+    the rank's schedule holds W(mb, c) (split backward), else B."""
+    split = {(a[1], a[2]) for a in actions if a[0] == "W"}
+    return {(a[1], a[2]): "W" if (a[1], a[2]) in split else "B" for a in actions if a[0] == "B"}
+
+
+def check_gradients_seen(results: list, cases: list[tuple], index: int) -> None:
+    """At each forward of a chunk, its parameters' .grad (recorded by the given train_pipeline)
+    hold exactly the weight gradients of the microbatches whose W (or unsplit B) already ran on
+    that chunk: the per-microbatch gradients are one process's (torch autograd, reference.py)."""
+    case = cases[index]
+    _, _, m, _, kind, dtype = case
+    planned, _, num_layers, seed, inputs, targets = case_data(case)
+    per_mb = microbatch_grads(kind, num_layers, seed, inputs, targets, m)
+    tol = (1e-9, 1e-12) if dtype == torch.float64 else (1e-4, 1e-6)
+    for rank, rank_result in enumerate(outcome(results, index)):
+        seen = rank_result["grads_seen"]
+        weight_by = weight_gradient_actions(planned[rank])
+        done: dict[int, list[int]] = {}  # chunk -> microbatches whose weight gradient ran
+        backward_ran: dict[int, list[int]] = {}  # chunk -> microbatches whose B ran
+        forwards: dict[int, int] = {}
+        for kind_, mb, chunk in planned[rank]:
+            if kind_ in ("B", "W"):
+                if kind_ == "B":
+                    backward_ran.setdefault(chunk, []).append(mb)
+                if weight_by[(mb, chunk)] == kind_:
+                    done.setdefault(chunk, []).append(mb)
+                continue
+            if kind_ != "F":
+                continue
+            k = forwards[chunk] = forwards.get(chunk, -1) + 1
+            assert chunk < len(seen) and k < len(seen[chunk]), (
+                f"{describe(case)}: rank {rank}'s chunk {chunk} ran {len(seen[chunk]) if chunk < len(seen) else 0} "
+                f"forwards, expected one per F of its schedule (F(mb, c) calls chunk c once)"
+            )
+            for name, got in seen[chunk][k].items():
+                want = sum((per_mb[i][name] for i in done.get(chunk, [])), torch.zeros_like(per_mb[0][name]))
+                got = torch.zeros_like(want) if got is None else got
+                if torch.allclose(got, want, rtol=tol[0], atol=tol[1]):
+                    continue
+                pending = [i for i in backward_ran.get(chunk, []) if i not in done.get(chunk, [])]
+                with_pending = want + sum((per_mb[i][name] for i in pending), torch.zeros_like(want))
+                where = f"{describe(case)}: rank {rank}, as F of microbatch {mb} (chunk {chunk}) started, {name}.grad"
+                if pending and torch.allclose(got, with_pending, rtol=tol[0], atol=tol[1]):
+                    raise AssertionError(
+                        f"{where} already held the weight gradient of microbatch(es) {pending}, whose B ran but "
+                        f"whose W had not: a B whose W is in the schedule computes the input gradient only "
+                        f"(torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True)) and leaves "
+                        f".grad untouched; its W adds the weight gradient"
+                    )
+                assert_matches(
+                    got,
+                    want,
+                    f"{where} (expected the sum of the weight gradients of microbatches {done.get(chunk, [])}, "
+                    f"those whose W, or unsplit B, ran before it: add each one to .grad in that action)",
+                    *tol,
+                )
+
+
+@pytest.mark.points(4)
+def test_run_schedule_adds_each_weight_gradient_in_its_w_or_unsplit_b(submission):
+    """The split backward: at every forward, the chunk's .grad hold exactly the microbatches
+    whose W (split) or B (unsplit) ran, for every schedule on 2 and 4 ranks."""
+    for cases, p in ((P2_CASES, 2), (P4_CASES, 4)):
+        results = run_world(submission, cases, p)
+        for index in range(len(cases)):
+            check_gradients_seen(results, cases, index)
+
+
+@pytest.mark.perf
+@pytest.mark.points(3)
+def test_run_schedule_keeps_a_split_backwards_graph_until_its_w(submission, record_property):
+    """Zero-bubble: each rank's peak of live forwards (counted by the given train_pipeline)
+    equals the simulator's, min(p, m): B keeps the graph that W needs, so a B that runs the
+    whole backward (and frees the graph) holds fewer."""
+    figures, runs = {}, []
+    for cases, p in ((P2_CASES, 2), (P4_CASES, 4)):
+        results = run_world(submission, cases, p)
+        for index, case in enumerate(cases):
+            if case[0] != "zero_bubble":
+                continue
+            peaks = [rank_result["peak_live"] for rank_result in outcome(results, index)]
+            bound = simulate(case_data(case)[0]).peak_activations
+            figures[describe(case)] = {"peak_live": peaks, "simulator": bound}
+            runs.append((case, peaks, bound))
+    record_property("zero_bubble_peak_live_per_rank", figures)
+    for case, peaks, bound in runs:
+        assert peaks == bound, (
+            f"{describe(case)}: ranks held at most {peaks} forwards' saved tensors at once; the schedule holds "
+            f"{bound} (the simulator): a microbatch's activations live from its F to its W, so B must keep the "
+            f"graph (retain_graph=True) and compute the input gradient only, and W frees it"
         )
 
 

@@ -16,6 +16,7 @@ from grader.suites.pipeline_parallel.reference import schedule as reference_sche
 from grader.testing import expect_exception
 
 SIZES = [(1, 1), (1, 3), (2, 1), (2, 2), (2, 5), (3, 2), (3, 7), (4, 4), (4, 8), (4, 6), (5, 11), (8, 16)]
+SIZES += [(4, 2), (5, 1), (8, 3)]  # m < p - 1: fewer microbatches than warm-up forwards
 INTERLEAVED = [(1, 3, 2), (2, 2, 2), (2, 6, 3), (3, 6, 2), (4, 4, 2), (4, 8, 2), (4, 8, 3), (4, 12, 4), (8, 16, 2)]
 # p does not divide m: one round of 3, 4 or 6, or two rounds of 5 (torch's ScheduleInterleaved1F1B)
 UNEVEN = [(2, 3, 2), (3, 4, 2), (4, 6, 2), (4, 10, 2), (4, 7, 3)]
@@ -96,6 +97,26 @@ def test_interleaved_schedule_cuts_the_bubble_to_p_minus_1_over_vm_plus_p_minus_
         )
 
 
+@pytest.mark.perf
+@pytest.mark.points(3)
+def test_interleaved_schedule_holds_2_p_minus_r_minus_1_plus_v_minus_1_b_plus_1_chunks_at_its_peak(submission):
+    """The simulator's peak of held (microbatch, chunk) activations per rank against the
+    docstring's min(2(p-r-1) + (v-1)b + 1, m*v), rounds of b = m / max(1, m // p): lecture 08's
+    11, 9, 7, 5 at p = 4, m = 8, v = 2, and rounds larger than p."""
+    cases = [(4, 8, 2), *INTERLEAVED, *UNEVEN, (4, 2, 2), (8, 3, 2)]
+    for (p, m, v), schedule in zip(cases, build(submission, "interleaved_schedule", cases)):
+        what = f"interleaved_schedule({p}, {m}, {v})"
+        check_shape(schedule, p, what)
+        b = m // max(1, m // p)
+        expected = [min(2 * (p - r - 1) + (v - 1) * b + 1, m * v) for r in range(p)]
+        got = replay(schedule, what).peak_activations
+        assert got == expected, (
+            f"{what}: peak activations per rank {got} (chunks), expected min(2(p-r-1) + (v-1)b + 1, m*v) = "
+            f"{expected} with rounds of b = {b}: rank r warms up with 2(p-r-1) + (v-1)b forwards, then "
+            f"alternates one forward and one backward"
+        )
+
+
 ZERO_BUBBLE = [(2, 5), (2, 2), (3, 3), (3, 7), (4, 4), (4, 8), (4, 9), (8, 16)]
 
 
@@ -170,6 +191,7 @@ ORDERS = [
     ("interleaved_schedule", "interleaved", (2, 4, 3)),
     ("zero_bubble_schedule", "zero_bubble", (3, 5)),
     ("zero_bubble_schedule", "zero_bubble", (4, 3)),
+    ("zero_bubble_schedule", "zero_bubble", (4, 8)),
 ]
 
 
