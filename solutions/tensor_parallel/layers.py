@@ -294,6 +294,12 @@ class ParallelSelfAttention(nn.Module):
     of shape (b, heads, s, d) taken as views of self.qkv's output (no copies: SDPA saves them
     for backward, and a copy would be saved beside the output it came from).
 
+    A rank may hold several key/value heads (heads 8, kv_heads 4 on 2 ranks: query heads 4r..4r+3
+    read key/value heads 2r and 2r+1, two query heads each). Fewer key/value heads than ranks
+    (MQA's one on 2 ranks) is refused, as Megatron-Core refuses it (its
+    divide(num_query_groups, tensor-parallel size) asserts); vLLM would instead replicate each
+    key/value head on p / kv_heads ranks.
+
     Raises ValueError when hidden is not a multiple of heads, heads of kv_heads, or heads or
     kv_heads of the size p of `group`.
     """

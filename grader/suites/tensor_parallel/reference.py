@@ -165,6 +165,10 @@ BLOCK_CASES = [
     BlockCase(2, 8, 2, True),
     BlockCase(4, 8, 4, False),
     BlockCase(4, 8, 4, True),
+    # two key/value heads on each rank, each serving its own group of query heads: a head-to-group
+    # mapping other than i // (heads / kv_heads) (e.g. i % kv_heads) reads another head's keys
+    BlockCase(2, 8, 4, False),
+    BlockCase(4, 16, 8, True),
 ]
 RUNS: dict[tuple, tuple] = {}
 

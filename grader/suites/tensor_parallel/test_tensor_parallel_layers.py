@@ -8,7 +8,9 @@ worlds of 2 and 4 ranks.
 - The block (given block_step): output, input gradient and every parameter's gradient rebuilt
   from the ranks' shards with the layouts of the docstrings (reference.assemble_grads), against
   reference.Block (attention by torch's SDPA with enable_gqa), for TP and SP, MHA and GQA, on 2
-  ranks, and GQA for TP and SP on 4.
+  ranks, and GQA for TP and SP on 4; GQA with one and with two key/value heads per rank (a wrong
+  head-to-group mapping shows only with two). MQA on 2 ranks (kv_heads < p) is refused with
+  ValueError, as Megatron-Core refuses it.
   The performance checks on the same runs are in test_tensor_parallel_perf.py: the collectives
   (two all-reduces of s*b*h each way for TP; for SP two all-gathers and two reduce-scatters in
   forward, four all-gathers and two reduce-scatters in backward), the bytes each rank sends, the
@@ -141,6 +143,13 @@ def test_parallel_linear_matches_nn_linear_on_the_whole_weight(submission, case)
     )
     for rank, (got, want) in enumerate(zip(result.outputs, wanted)):
         where = f"{case.id}, rank {rank}"
+        # the collectives first: a wrong or missing one is the cause of the wrong values it leads to
+        for phase in ("forward", "backward"):
+            assert counted(got[phase]) == want[phase], (
+                f"{where}: {phase} expected {describe_calls([k for k, n in want[phase].items() for _ in range(n)])} "
+                f"(Megatron-Core's {_megatron_name(case)}), got {describe_calls(got[phase])}"
+                f"{_collective_hint(case, phase, counted(got[phase]), want[phase])}"
+            )
         for key in ("output", "grad_input", "grad_weight"):
             assert_matches(got[key], want[key], f"{where}: {key}", *TOL)
         shard_bytes = want["grad_weight"].numel() * 8
@@ -152,11 +161,28 @@ def test_parallel_linear_matches_nn_linear_on_the_whole_weight(submission, case)
             assert got["grad_bias"] is None, f"{where}: bias=None must give a layer without a bias"
         else:
             assert_matches(got["grad_bias"], want["grad_bias"], f"{where}: grad_bias", *TOL)
-        for phase in ("forward", "backward"):
-            assert counted(got[phase]) == want[phase], (
-                f"{where}: {phase} made {describe_calls(got[phase])}; expected "
-                f"{describe_calls([k for k, n in want[phase].items() for _ in range(n)])}"
-            )
+
+
+def _megatron_name(case: LinearCase) -> str:
+    """The Megatron-Core layer (and flags) whose collectives a case expects."""
+    layer = "ColumnParallelLinear" if case.kind == "column" else "RowParallelLinear"
+    flag = ("gather_output" if case.kind == "column" else "input_is_parallel") + f"={case.flag}"
+    return f"{layer}, {flag}" + (", sequence_parallel=True" if case.sequence_parallel else "")
+
+
+def _collective_hint(case: LinearCase, phase: str, got: dict, want: dict) -> str:
+    """Where a wrong collective comes from, for the usual mistakes."""
+    kinds_got, kinds_want = {k for k, _ in got}, {k for k, _ in want}
+    if case.kind == "column" and phase == "backward" and not case.sequence_parallel and "all_reduce" not in kinds_got:
+        return ": the input enters through copy_to_tp_region (f), whose backward all-reduces x's gradient"
+    if case.kind == "row" and phase == "forward" and not case.sequence_parallel and "all_reduce" not in kinds_got:
+        return ": the partial products are summed with reduce_from_tp_region (g), an all-reduce"
+    if case.sequence_parallel and kinds_got != kinds_want:
+        return (
+            ": with sequence_parallel the column layer all-gathers its input's chunks (and again in backward, then "
+            "reduce-scatters x's gradient); the row layer reduce-scatters its output (its backward all-gathers)"
+        )
+    return ""
 
 
 BAD_LINEAR = {
@@ -202,8 +228,13 @@ def test_parallel_block_matches_one_process(submission, case):
     result, reference = run_block(submission, case)
     got = result.outputs
     sizes = f"s={case.seq}, b={case.batch}, h={case.hidden}, heads={case.heads}, kv_heads={case.kv_heads}"
-    where = f"ParallelBlock, {case.id} ({sizes})"
     p, sp = case.world_size, case.sequence_parallel
+    if case.heads != case.kv_heads and case.kv_heads // p > 1:
+        sizes += (
+            f"; {case.kv_heads // p} key/value heads per rank: query head i reads key/value head "
+            f"i // (heads / kv_heads), {case.heads // case.kv_heads} consecutive query heads per group"
+        )
+    where = f"ParallelBlock, {case.id} ({sizes})"
     for key in ("output", "grad_input"):
         for rank in range(p):
             want = chunk(reference[key], p, rank) if sp else reference[key]
@@ -228,7 +259,7 @@ def test_parallel_block_matches_one_process(submission, case):
 
 BAD_BLOCKS = {
     "hidden-not-a-multiple-of-heads": (18, 4, 2, 32),
-    "kv_heads-not-a-multiple-of-p": (16, 4, 1, 32),
+    "kv_heads-not-a-multiple-of-p": (16, 4, 1, 32),  # MQA on 2 ranks: Megatron-Core refuses it too
     "heads-not-a-multiple-of-p": (18, 3, 3, 32),
     "heads-not-a-multiple-of-kv_heads": (24, 6, 4, 32),
     "ffn_hidden-not-a-multiple-of-p": (16, 4, 2, 33),
