@@ -36,6 +36,10 @@ def test_reference_saves_exactly_the_segment_boundaries(reference):
     # 16 blocks: the plain forward keeps x and 16 tanh outputs, 4 segments keep 4 inputs.
     assert figures["saved_bytes_checkpointed"] == figures["bound"] > 0
     assert figures["saved_bytes_plain"] == 17 * figures["bound"] // 4
+    boundary = figures["bound"] // 4
+    for case in figures["cases"]:  # segments that do not divide the blocks too: exactly `segments` inputs
+        assert case["checkpointed"] == case["segments"] * boundary, case
+        assert case["plain"] == (case["blocks"] + 1) * boundary, case
 
 
 def test_reference_allreduces_every_element_once_in_three_buckets_during_backward(reference):

@@ -18,10 +18,13 @@ from torch import nn
 def checkpointed_forward(blocks: list[nn.Module], x: torch.Tensor, segments: int) -> torch.Tensor:
     """blocks[-1](...blocks[1](blocks[0](x))), keeping only `segments` tensors for backward.
 
-    Split the blocks into `segments` consecutive groups of (nearly) equal size. Each group runs
-    inside a torch.autograd.Function of your own whose forward runs the blocks under
-    torch.no_grad() and saves only the group's input; its backward reruns the group with
-    gradients on and backpropagates through it. The result and all gradients (of x and of every
+    Split the blocks into `segments` consecutive groups of (nearly) equal size: exactly
+    `segments` non-empty groups, also when `segments` does not divide len(blocks) (7 blocks in
+    3 segments: three groups, such as 2, 3, 2, never four groups of 7 // 3 = 2 and a rest), so
+    that the forward keeps exactly `segments` inputs. Each group runs inside a
+    torch.autograd.Function of your own whose forward runs the blocks under torch.no_grad() and
+    saves only the group's input; its backward reruns the group with gradients on and
+    backpropagates through it. The result and all gradients (of x and of every
     parameter that requires grad) must equal those of the plain forward. torch.utils.checkpoint
     is refused: write it yourself. Raises ValueError unless 1 <= segments <= len(blocks).
     """

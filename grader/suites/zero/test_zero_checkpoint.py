@@ -25,7 +25,7 @@ def run(submission, num_blocks: int, segments: int | None, x: torch.Tensor) -> d
 
 
 @pytest.mark.points(4)
-@pytest.mark.parametrize(("num_blocks", "segments"), [(9, 3), (10, 3), (5, 1), (4, 4)])
+@pytest.mark.parametrize(("num_blocks", "segments"), [(9, 3), (10, 3), (7, 3), (10, 4), (5, 1), (4, 4)])
 def test_checkpointed_forward_gives_the_plain_forwards_output_and_gradients(submission, num_blocks, segments):
     x = torch.randn(ROWS, WIDTH, generator=generator("ckpt", num_blocks, segments), dtype=torch.float64)
     got, plain = run(submission, num_blocks, segments, x), run(submission, num_blocks, None, x)

@@ -2,7 +2,8 @@
 
 - checkpointing: bytes autograd saves during the forward (saved_tensors_hooks, in the given
   saved_bytes_and_grads) at most the segment boundaries: segments * rows * width * 8 (float64);
-  the plain forward saves n + 1 such tensors.
+  the plain forward saves n + 1 such tensors. Segments that divide the blocks and segments that
+  do not (7 blocks in 3, 10 in 4, 5 in 2, 8 in 3), fixed cases.
 - DDP communication, counted through dist.all_reduce by the given train_ddp: every gradient
   element once per step, in no more calls than the docstring's buckets (reference.py's
   greedy_buckets), and at least one call issued before loss.backward() returns (overlap).
@@ -29,26 +30,41 @@ WIDTH, ROWS, BLOCKS, SEGMENTS = 8, 4, 16, 4
 CAP_MB = 0.0015  # 1572 bytes: 3 buckets (a weight with its neighbouring biases) for 6 parameters
 
 
+# (blocks, segments): segments dividing the blocks, and not (groups of 3, 2, 2 for 7 in 3: a group
+# size of len(blocks) // segments would make 4 groups, and save 4 inputs)
+CHECKPOINT_CASES = [(BLOCKS, SEGMENTS), (7, 3), (10, 4), (5, 2), (8, 3)]
+
+
 @pytest.mark.perf
 @pytest.mark.points(8)
 def test_checkpointing_saves_only_segment_boundaries(submission, record_property):
+    steps, boundary = [], ROWS * WIDTH * 8
     x = torch.randn(ROWS, WIDTH, generator=generator("ckpt-bytes"), dtype=torch.float64)
-    steps = [
-        Step("make_blocks", (BLOCKS, WIDTH, 0), save_as="blocks", send_back=False),
-        Step("checkpointed_forward", (Saved("blocks"), x, SEGMENTS), send_back=False),
-        Step("saved_bytes_and_grads", (BLOCKS, WIDTH, 0, x, SEGMENTS)),
-        Step("saved_bytes_and_grads", (BLOCKS, WIDTH, 0, x, None)),
-    ]
-    checkpointed, plain = (r["saved_bytes"] for r in submission.script(steps).steps[0][-2:])
-    boundary = ROWS * WIDTH * 8
-    record_property("saved_bytes_checkpointed", checkpointed)
-    record_property("saved_bytes_plain", plain)
+    for blocks, segments in CHECKPOINT_CASES:
+        steps += [
+            Step("make_blocks", (blocks, WIDTH, 0), save_as="blocks", send_back=False),
+            Step("checkpointed_forward", (Saved("blocks"), x, segments), send_back=False),
+            Step("saved_bytes_and_grads", (blocks, WIDTH, 0, x, segments)),
+            Step("saved_bytes_and_grads", (blocks, WIDTH, 0, x, None)),
+        ]
+    results = submission.script(steps).steps[0]
+    figures = []
+    for index, (blocks, segments) in enumerate(CHECKPOINT_CASES):
+        checkpointed, plain = (r["saved_bytes"] for r in results[4 * index + 2 : 4 * index + 4])
+        figures.append({"blocks": blocks, "segments": segments, "checkpointed": checkpointed, "plain": plain})
+    record_property("saved_bytes_checkpointed", figures[0]["checkpointed"])
+    record_property("saved_bytes_plain", figures[0]["plain"])
     record_property("bound", SEGMENTS * boundary)
-    assert checkpointed <= SEGMENTS * boundary, (
-        f"with {BLOCKS} blocks in {SEGMENTS} segments the forward saved {checkpointed} bytes for backward "
-        f"(the plain forward saves {plain}); only the {SEGMENTS} segment inputs ({SEGMENTS * boundary} bytes) "
-        f"may be kept: run each segment under torch.no_grad() and save only its input"
-    )
+    record_property("cases", figures)
+    for case in figures:
+        blocks, segments, checkpointed, plain = case["blocks"], case["segments"], case["checkpointed"], case["plain"]
+        uneven = "" if blocks % segments == 0 else f" ({segments} groups of nearly equal size, e.g. 3, 2, 2 for 7 in 3)"
+        assert checkpointed <= segments * boundary, (
+            f"with {blocks} blocks in {segments} segments the forward saved {checkpointed} bytes for backward "
+            f"(the plain forward saves {plain}, one input is {boundary}); only the {segments} segment inputs "
+            f"({segments * boundary} bytes) may be kept{uneven}: cut the blocks into exactly `segments` groups, "
+            f"run each under torch.no_grad() and save only its input"
+        )
 
 
 def ddp_stats(submission, world_size: int = 2) -> list[dict]:
