@@ -8,6 +8,11 @@ largest  the same mode, recording the largest tensor any operator produced, in e
 reads    the same mode, listing every operator call as (name, bytes of the largest storage
          among its tensor inputs): the calls that read a big buffer (a KV block pool, a weight)
          are told apart from small index arithmetic around them
+p2p      the order of point-to-point messages and matmuls: every send and receive a rank posts
+         (torch's ProcessGroup.send / recv, under dist.send, isend, batch_isend_irecv alike),
+         every wait() on a request, and every matmul between them (the same mode): a receive
+         is "overlapped" when at least one matmul ran after it was posted and before its wait
+         (a ring that waits for the next block before computing on this one has none)
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-PROBES = ("flops", "ops", "largest", "reads")
+PROBES = ("flops", "ops", "largest", "reads", "p2p")
+MATMULS = ("aten.mm.", "aten.bmm.", "aten.addmm.", "aten.baddbmm.", "aten._scaled_dot_product")
+TRACE_CHARS = 600
 
 
 class OperatorRecorder(TorchDispatchMode):
@@ -47,6 +54,95 @@ class OperatorRecorder(TorchDispatchMode):
         return out
 
 
+class PointToPointOrder(TorchDispatchMode):
+    """Records, in order, the sends and receives posted, the waits on their requests and the
+    matmuls run, from the class methods every torch.distributed point-to-point call goes through
+    (a submission that imported dist.isend under another name is still seen)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.matmuls = 0
+        self.sends = 0
+        self.posted: dict[int, int] = {}  # id of a receive's request -> matmuls when it was posted
+        self.overlapped = 0
+        self.receives = 0
+        self.waited = 0
+        self.trace: list[str] = []
+        self._restore: list[tuple[Any, str, Any]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if str(func).startswith(MATMULS):
+            self.matmuls += 1
+            if not self.trace or self.trace[-1] != "M":
+                self.trace.append("M")
+        return func(*args, **(kwargs or {}))
+
+    def _patch(self, owner: Any, name: str, make: Any) -> None:
+        original = getattr(owner, name, None)
+        if original is None:
+            return
+        # put back what the class itself holds (a pybind11 method is an instancemethod there;
+        # getattr gives the bare function, which would no longer bind to the instance)
+        self._restore.append((owner, name, owner.__dict__.get(name, original)))
+        setattr(owner, name, make(original))
+
+    def __enter__(self):
+        import torch.distributed as dist
+
+        def sending(original):
+            def send(pg, *args, **kwargs):
+                self.sends += 1
+                self.trace.append("S")
+                return original(pg, *args, **kwargs)
+
+            return send
+
+        def receiving(original):
+            def recv(pg, *args, **kwargs):
+                work = original(pg, *args, **kwargs)
+                self.receives += 1
+                self.posted[id(work)] = self.matmuls
+                self.trace.append("R")
+                return work
+
+            return recv
+
+        def waiting(original):
+            def wait(work, *args, **kwargs):
+                posted = self.posted.pop(id(work), None)
+                if posted is not None:
+                    self.waited += 1
+                    self.overlapped += self.matmuls > posted
+                    self.trace.append("w" if self.matmuls > posted else "W")
+                return original(work, *args, **kwargs)
+
+            return wait
+
+        process_group = dist.ProcessGroup
+        self._patch(process_group, "send", sending)
+        self._patch(process_group, "recv", receiving)
+        self._patch(process_group, "recv_anysource", receiving)
+        self._patch(dist.Work, "wait", waiting)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for owner, name, original in reversed(self._restore):
+            setattr(owner, name, original)
+        return super().__exit__(*exc)
+
+    def figures(self) -> dict[str, Any]:
+        # a receive never waited on counts as overlapped when a matmul followed its post
+        self.overlapped += sum(self.matmuls > posted for posted in self.posted.values())
+        trace = "".join(self.trace)
+        return {
+            "receives": self.receives,
+            "overlapped_receives": self.overlapped,
+            "sends": self.sends,
+            "matmuls": self.matmuls,
+            "trace": trace if len(trace) <= TRACE_CHARS else trace[:TRACE_CHARS] + "...",
+        }
+
+
 @contextmanager
 def measuring(names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
     """Run the body under the named probes; the dict is filled when the body ends."""
@@ -58,7 +154,10 @@ def measuring(names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
         flops = stack.enter_context(FlopCounterMode(display=False)) if "flops" in names else None
         recording = {"ops", "largest", "reads"} & set(names)
         recorder = stack.enter_context(OperatorRecorder(reads="reads" in names)) if recording else None
+        order = stack.enter_context(PointToPointOrder()) if "p2p" in names else None
         yield figures
+    if order is not None:
+        figures["p2p"] = order.figures()
     if flops is not None:
         figures["flops"] = int(flops.get_total_flops())
     if recorder is not None:

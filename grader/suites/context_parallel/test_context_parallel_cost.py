@@ -1,0 +1,161 @@
+"""Hidden suite: cp_comm_bytes and ring_overlap_condition against the formulas derived from the
+algorithms (reference.py), and the errors every distributed function raises on every rank
+for inputs that do not fit (so no rank is left waiting)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.sandbox import Step
+from grader.suites.context_parallel import reference
+from grader.testing import expect_exception, generator
+
+COST_CASES = [
+    (variant, s, b, h_q, h_kv, d, p, e)
+    for variant in ("ring", "ulysses", "allgather_kv")
+    for (s, b, h_q, h_kv, d, p, e) in (
+        (32, 2, 8, 4, 8, 4, 8),
+        (131072, 1, 32, 8, 128, 8, 2),
+        (4096, 3, 16, 16, 64, 2, 4),
+        (1000, 1, 4, 1, 16, 1, 2),
+    )
+]
+
+
+@pytest.mark.points(4)
+def test_cp_comm_bytes_matches_the_algorithms(submission):
+    got = submission.script(
+        [Step("cp_comm_bytes", case) for case in COST_CASES]
+        + [Step("cp_comm_bytes", ("ring", 64, 1, 4, 2, 8, 4, torch.bfloat16))]
+    ).steps[0]
+    for case, answer in zip(COST_CASES, got):
+        want = reference.cp_comm_bytes(*case)
+        assert tuple(answer) == want, (
+            f"cp_comm_bytes{case}: returned {tuple(answer)}; the algorithm sends {want} (forward, backward) per rank"
+        )
+    want = reference.cp_comm_bytes("ring", 64, 1, 4, 2, 8, 4, 2)
+    assert tuple(got[-1]) == want, (
+        f"cp_comm_bytes with torch.bfloat16 (2 bytes): returned {tuple(got[-1])}, want {want}"
+    )
+
+
+@pytest.mark.points(2)
+def test_cp_comm_bytes_refuses_an_unknown_variant_and_a_sequence_that_does_not_split(submission):
+    for args in (("tree", 32, 1, 4, 4, 8, 4, 2), ("ring", 30, 1, 4, 4, 8, 4, 2)):
+        try:
+            expect_exception("ValueError", lambda args=args: submission.function("cp_comm_bytes")(*args))
+        except AssertionError as error:
+            raise AssertionError(f"cp_comm_bytes{args}: {error}") from None
+
+
+OVERLAP_CASES = [
+    (1, 32, 8, 128, 2, 989e12, 0.0, 1 / 50e9),
+    (1, 32, 32, 128, 2, 989e12, 5e-6, 1 / 50e9),
+    (2, 16, 2, 64, 4, 1e12, 1e-5, 1e-9),
+]
+
+
+@pytest.mark.points(3)
+def test_ring_overlap_condition_is_the_root_of_compute_equals_transfer(submission):
+    got = submission.script([Step("ring_overlap_condition", case) for case in OVERLAP_CASES]).steps[0]
+    for case, answer in zip(OVERLAP_CASES, got):
+        want = reference.ring_overlap_condition(*case)
+        assert answer == pytest.approx(want, rel=1e-9), f"ring_overlap_condition{case}: returned {answer}, want {want}"
+
+
+@pytest.mark.points(1)
+def test_ring_overlap_condition_refuses_impossible_hardware(submission):
+    for args in ((1, 8, 8, 64, 2, 0.0, 0.0, 1e-9), (1, 8, 8, 64, 2, 1e12, -1.0, 1e-9)):
+        try:
+            expect_exception("ValueError", lambda args=args: submission.function("ring_overlap_condition")(*args))
+        except AssertionError as error:
+            raise AssertionError(f"ring_overlap_condition{args}: {error}") from None
+
+
+def _qkv(h_q: int, h_kv: int, s: int, d: int = 4, d_k: int | None = None):
+    gen = generator("cp-bad", h_q, h_kv, s, d)
+    q = torch.randn(1, h_q, s, d, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, h_kv, s, d_k or d, generator=gen, dtype=torch.float64)
+    return q, k, k.clone()
+
+
+def _expect_value_error(call, what: str, names: tuple[str, ...]) -> None:
+    try:
+        error = expect_exception("ValueError", call)
+    except AssertionError as failure:
+        raise AssertionError(f"{what}: {failure}") from None
+    message = error.message.lower()
+    assert any(name in message for name in names), (
+        f"{what}: the ValueError must name the argument ({' or '.join(names)}); it said: {error.message[-400:]}"
+    )
+
+
+@pytest.mark.points(2)
+def test_ulysses_refuses_heads_that_do_not_split_over_the_ranks(submission):
+    """ValueError naming q (3 heads on 2 ranks) or k (1 kv head on 2 ranks), on every rank."""
+    q, k, v = _qkv(3, 3, 4)
+    _expect_value_error(
+        lambda: submission.function("cp_step").spmd(2, [("ulysses", q, k, v)] * 2),
+        "ulysses_attention with 3 heads on 2 ranks",
+        ("q", "head"),
+    )
+    q, k, v = _qkv(4, 1, 4)
+    _expect_value_error(
+        lambda: submission.function("cp_step").spmd(2, [("ulysses", q, k, v)] * 2),
+        "ulysses_attention with 4 query heads and 1 kv head on 2 ranks",
+        ("k", "kv head"),
+    )
+
+
+@pytest.mark.points(2)
+def test_zigzag_refuses_a_sequence_that_does_not_split_into_2p_chunks(submission):
+    """ValueError from zigzag_shard (6 positions on 2 ranks), zigzag_unshard (a shard of 3) and
+    ring_attention(layout="zigzag") with an odd s_local."""
+    x = torch.zeros(1, 2, 6, 4, dtype=torch.float64)
+    _expect_value_error(
+        lambda: submission.function("zigzag_shard").spmd(2, [(x,)] * 2),
+        "zigzag_shard of 6 positions on 2 ranks",
+        ("sequence", "position", "dim"),
+    )
+    q, k, v = _qkv(2, 2, 3)
+    _expect_value_error(
+        lambda: submission.function("ring_step").spmd(2, [(q, k, v)] * 2, {"layout": "zigzag"}),
+        "ring_attention(layout='zigzag') with s_local = 3",
+        ("s_local", "chunk", "odd"),
+    )
+    x = torch.zeros(1, 2, 3, 4, dtype=torch.float64)
+    _expect_value_error(
+        lambda: submission.function("zigzag_unshard").spmd(2, [(x,)] * 2),
+        "zigzag_unshard of a 3-position shard",
+        ("chunk", "odd", "dim"),
+    )
+
+
+@pytest.mark.points(2)
+def test_every_variant_refuses_k_and_v_that_do_not_fit_q(submission):
+    """ValueError naming k (or v) for k of another d than q, v of other heads than k; and from
+    ring_attention for an unknown layout."""
+    q, k, v = _qkv(2, 2, 4, d=4, d_k=2)
+    _expect_value_error(
+        lambda: submission.function("ring_step").spmd(2, [(q, k, v)] * 2),
+        "ring_attention with k's d = 2, q's d = 4",
+        ("k",),
+    )
+    for variant in ("ulysses", "allgather_kv"):
+        _expect_value_error(
+            lambda variant=variant: submission.function("cp_step").spmd(2, [(variant, q, k, v)] * 2),
+            f"{variant} with k's d = 2, q's d = 4",
+            ("k",),
+        )
+    q, k, _ = _qkv(2, 2, 4)
+    _expect_value_error(
+        lambda: submission.function("ring_step").spmd(2, [(q, k, k[:, :1])] * 2),
+        "ring_attention with v's heads 1, k's 2",
+        ("v",),
+    )
+    _expect_value_error(
+        lambda: submission.function("ring_step").spmd(2, [(q, k, k)] * 2, {"layout": "striped"}),
+        "ring_attention(layout='striped')",
+        ("layout",),
+    )
