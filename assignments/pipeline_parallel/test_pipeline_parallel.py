@@ -8,7 +8,8 @@ counts the makespan, the bubble and the activations each rank holds. run_schedul
 world of 2 gloo processes through the given helper train_pipeline. The hidden suite checks many
 more sizes, partition against every possible cut, the zero-bubble bound of Qi et al. 2023,
 run_schedule on 2 and 4 ranks for every schedule (two-tensor stages, float32, m that p does not
-divide), the activations it keeps alive, and the bytes each rank sends. `make grade` gives the
+divide), the activations it keeps alive (exactly the simulator's peak), the split backward (a B
+whose W is in the schedule leaves .grad to that W), and the bytes each rank sends. `make grade` gives the
 score.
 """
 
