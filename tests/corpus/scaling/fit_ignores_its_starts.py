@@ -1,4 +1,4 @@
-"""fit_scaling_law always runs from the best 4 grid points, whatever `starts` says: right on every fit the defaults make, wrong for starts=1."""
+"""fit_scaling_law runs from the best 4 grid points whatever `starts` says: wrong for starts=1 only."""
 
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: fit.py

@@ -1,4 +1,4 @@
-"""fit_scaling_law minimises the squared error of the raw loss (no log, no Huber): it is told its end point is not a minimum of approach 3's objective."""
+"""fit_scaling_law minimises the squared error of the raw loss: its end point is no minimum of approach 3."""
 
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: fit.py
