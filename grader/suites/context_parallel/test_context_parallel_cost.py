@@ -4,6 +4,8 @@ for inputs that do not fit (so no rank is left waiting)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -86,7 +88,9 @@ def _expect_value_error(call, what: str, names: tuple[str, ...]) -> None:
     except AssertionError as failure:
         raise AssertionError(f"{what}: {failure}") from None
     message = error.message.lower()
-    assert any(name in message for name in names), (
+    # A one-letter argument (q, k, v) must stand as a word ("k's", "k of shape"), not as any letter k.
+    words = [re.compile(rf"\b{re.escape(name)}" + (r"\b" if len(name) == 1 else "")) for name in names]
+    assert any(word.search(message) for word in words), (
         f"{what}: the ValueError must name the argument ({' or '.join(names)}); it said: {error.message[-400:]}"
     )
 
