@@ -5,7 +5,7 @@
 # select: groups
 # fails: groups
 # kind: exception
-# message: in step 5 of 5 \(expert_parallel_forward_backward\): every rank:(.|\n)*all_to_all_single\(received, rows
+# message: in step 5 of 5 \(expert_parallel_forward_backward\): (every rank|rank \d):(.|\n)*all_to_all_single\(received, rows
 
 
 def _exchange_counts(counts, group):
