@@ -8,6 +8,9 @@ largest  the same mode, recording the largest tensor any operator produced, in e
 reads    the same mode, listing every operator call as (name, bytes of the largest storage
          among its tensor inputs): the calls that read a big buffer (a KV block pool, a weight)
          are told apart from small index arithmetic around them
+groups   every call a rank makes into a torch.distributed ProcessGroup (collective or point to
+         point), as (operation, the group's global ranks, bytes this rank sends under the ring
+         conventions of module collectives, the global peer of a send): what each group carries
 p2p      the order of point-to-point messages and matmuls: every send and receive a rank posts
          (torch's ProcessGroup.send / recv, under dist.send, isend, batch_isend_irecv alike),
          every wait() on a request, and every matmul between them (the same mode): a receive
@@ -26,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-PROBES = ("flops", "ops", "largest", "reads", "p2p")
+PROBES = ("flops", "ops", "largest", "reads", "p2p", "groups")
 MATMULS = ("aten.mm.", "aten.bmm.", "aten.addmm.", "aten.baddbmm.", "aten._scaled_dot_product")
 TRACE_CHARS = 600
 
@@ -143,6 +146,72 @@ class PointToPointOrder(TorchDispatchMode):
         }
 
 
+def _nbytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_leaves(tensors) if isinstance(t, torch.Tensor))
+
+
+# ProcessGroup method -> (position of the argument whose bytes count, bytes sent per byte of it
+# in a group of p): ring all-reduce 2(p-1)/p, all-gather p-1 of its input, reduce-scatter and
+# all-to-all (p-1)/p of the whole, a send all of it.
+GROUP_CALLS: dict[str, tuple[int, Any]] = {
+    "allreduce": (0, lambda p: 2 * (p - 1) / p),
+    "allreduce_coalesced": (0, lambda p: 2 * (p - 1) / p),
+    "allgather": (1, lambda p: p - 1),
+    "_allgather_base": (1, lambda p: p - 1),
+    "allgather_into_tensor_coalesced": (1, lambda p: p - 1),
+    "reduce_scatter": (1, lambda p: (p - 1) / p),
+    "_reduce_scatter_base": (1, lambda p: (p - 1) / p),
+    "reduce_scatter_tensor_coalesced": (1, lambda p: (p - 1) / p),
+    "alltoall_base": (1, lambda p: (p - 1) / p),
+    "alltoall": (1, lambda p: (p - 1) / p),
+    "broadcast": (0, lambda p: 1 if p > 1 else 0),
+    "reduce": (0, lambda p: 1 if p > 1 else 0),
+    "gather": (1, lambda p: 1 if p > 1 else 0),
+    "scatter": (1, lambda p: 1 if p > 1 else 0),
+    "send": (0, lambda p: 1),
+    "recv": (0, lambda p: 0),
+    "recv_anysource": (0, lambda p: 0),
+}
+
+
+class GroupTraffic:
+    """Records every ProcessGroup call of the rank: its operation, the group's global ranks,
+    the bytes the rank sends in it (ring conventions) and, for a send, the global peer."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self._restore: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self):
+        import torch.distributed as dist
+
+        def recording(name: str, original: Any) -> Any:
+            position, factor = GROUP_CALLS[name]
+
+            def call(pg, *args, **kwargs):
+                ranks = dist.get_process_group_ranks(pg)
+                payload = _nbytes(args[position]) if len(args) > position else 0
+                record = {"op": name, "ranks": ranks, "bytes": factor(len(ranks)) * payload}
+                if name == "send" and len(args) > 1:
+                    record["peer"] = ranks[args[1]]
+                self.calls.append(record)
+                return original(pg, *args, **kwargs)
+
+            return call
+
+        owner = dist.ProcessGroup
+        for name in GROUP_CALLS:
+            original = getattr(owner, name, None)
+            if original is not None:
+                self._restore.append((owner, name, owner.__dict__.get(name, original)))
+                setattr(owner, name, recording(name, original))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, original in reversed(self._restore):
+            setattr(owner, name, original)
+
+
 @contextmanager
 def measuring(names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
     """Run the body under the named probes; the dict is filled when the body ends."""
@@ -155,7 +224,10 @@ def measuring(names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
         recording = {"ops", "largest", "reads"} & set(names)
         recorder = stack.enter_context(OperatorRecorder(reads="reads" in names)) if recording else None
         order = stack.enter_context(PointToPointOrder()) if "p2p" in names else None
+        traffic = stack.enter_context(GroupTraffic()) if "groups" in names else None
         yield figures
+    if traffic is not None:
+        figures["groups"] = traffic.calls
     if order is not None:
         figures["p2p"] = order.figures()
     if flops is not None:

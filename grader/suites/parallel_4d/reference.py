@@ -1,0 +1,143 @@
+"""What the parallel_4d suites compare against: one process training the whole TinyGPT on the
+whole batch (float64), the shard of each parameter a rank must hold, and the bytes each group
+must carry, derived call by call from the layout of the module's docstrings (not from a closed
+formula, so that it checks comm_volume's formula independently)."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+
+from grader.models.process_grid import ProcessGrid
+from grader.models.tiny_gpt import TinyGPT, TinyGPTConfig
+from grader.sandbox import Step
+
+CONFIG = TinyGPTConfig(vocab_size=16, max_seq_len=8, num_layers=4, d_model=16, num_heads=4, num_kv_heads=2, mlp_ratio=2)
+BATCH, SEQ, MICROBATCHES, LR, SEED = 4, 8, 2, 0.1, 5
+ORDER = "tp-cp-dp-pp"
+KINDS = ("tp", "cp", "dp", "pp", "dp-cp", "embedding")
+# (dp, tp, pp, cp): each world of 8 uses three of the four dimensions
+MESHES = [(2, 2, 2, 1), (2, 2, 1, 2), (1, 2, 2, 2), (2, 1, 2, 2)]
+
+
+def sizes_of(mesh: tuple[int, int, int, int]) -> dict[str, int]:
+    return dict(zip(("dp", "tp", "pp", "cp"), mesh))
+
+
+def make_tokens(salt: int, batch: int = BATCH, seq: int = SEQ) -> torch.Tensor:
+    """A fixed batch (torch.Generator, not the run's seed): every grading sees the same case."""
+    return torch.randint(0, CONFIG.vocab_size, (batch, seq + 1), generator=torch.Generator().manual_seed(salt))
+
+
+def one_process_step(tokens: torch.Tensor, config: TinyGPTConfig = CONFIG, lr: float = LR, seed: int = SEED):
+    """Loss and state_dict after one SGD step of the whole model on the whole batch."""
+    model = TinyGPT.from_seed(config, seed, torch.float64)
+    logits = model(tokens[:, :-1])
+    loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1))
+    loss.backward()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter -= lr * parameter.grad
+    return loss.item(), {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
+def grid_of(sizes: dict[str, int], order: str = ORDER) -> ProcessGrid:
+    return ProcessGrid(tp=sizes["tp"], cp=sizes["cp"], pp=sizes["pp"], dp=sizes["dp"], order=order)
+
+
+def coordinates(sizes: dict[str, int], rank: int) -> dict[str, int]:
+    return grid_of(sizes).coordinates(rank)
+
+
+def expected_groups(sizes: dict[str, int], order: str = ORDER) -> dict[str, list[list[int]]]:
+    """Every group of each kind, from the course's ProcessGrid (Megatron-Core's layout)."""
+    grid = grid_of(sizes, order)
+    groups = {kind: sorted(grid.ranks(kind)) for kind in KINDS if kind != "embedding"}
+    groups["embedding"] = [sorted({g[0], g[-1]}) for g in groups["pp"]]
+    return groups
+
+
+def held_names(config: TinyGPTConfig, sizes: dict[str, int], rank: int) -> list[str]:
+    """The whole model's parameter names the rank's stage holds."""
+    stage, pp = coordinates(sizes, rank)["pp"], sizes["pp"]
+    per_stage = config.num_layers // pp
+    names = []
+    if stage in (0, pp - 1):
+        names.append("token_embedding.weight")
+    if stage == 0:
+        names.append("position_embedding.weight")
+    for layer in range(stage * per_stage, (stage + 1) * per_stage):
+        for part in (
+            "norm_attention.weight", "norm_attention.bias", "attention.query.weight",
+            "attention.key_value.weight", "attention.out.weight", "norm_mlp.weight", "norm_mlp.bias",
+            "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias",
+        ):  # fmt: skip
+            names.append(f"blocks.{layer}.{part}")
+    if stage == pp - 1:
+        names += ["norm.weight", "norm.bias"]
+    return names
+
+
+def shard(name: str, whole: torch.Tensor, t: int, tp: int, config: TinyGPTConfig = CONFIG) -> torch.Tensor:
+    """Tensor-parallel shard t of tp of a whole parameter (model.py's table)."""
+    if name.endswith("key_value.weight"):
+        kv = whole.view(2, config.num_kv_heads, config.head_dim, -1)
+        return kv.chunk(tp, 1)[t].reshape(-1, kv.shape[-1])
+    if name.endswith(("token_embedding.weight", "query.weight", "mlp.0.weight", "mlp.0.bias")):
+        return whole.chunk(tp, 0)[t]
+    if name.endswith(("out.weight", "mlp.2.weight")):
+        return whole.chunk(tp, 1)[t]
+    return whole
+
+
+def step_4d(sizes: dict[str, int], tokens: torch.Tensor, microbatches: int = MICROBATCHES, measure=("groups",)) -> Step:
+    return Step("step_4d", (CONFIG, sizes, ORDER, tokens, microbatches, LR, SEED), measure=measure)
+
+
+def traffic(config: TinyGPTConfig, sizes: dict[str, int], rank: int, batch: int, seq: int, m: int, e: int = 8):
+    """Bytes the rank must send to each kind of group in one step, walking the calls one
+    micro-batch and one block at a time (ring conventions of module collectives)."""
+    where = coordinates(sizes, rank)
+    tp, cp, dp, pp = sizes["tp"], sizes["cp"], sizes["dp"], sizes["pp"]
+    first, last = where["pp"] == 0, where["pp"] == pp - 1
+    b, s = batch // (dp * m), seq // cp
+    hidden = b * s * config.d_model
+    kv = b * config.num_kv_heads // tp * s * config.head_dim
+
+    def all_reduce(p: int, n: int) -> float:
+        return 2 * (p - 1) / p * n * e
+
+    sent = dict.fromkeys(KINDS, 0.0)
+    for _ in range(m):
+        if first:
+            sent["tp"] += all_reduce(tp, hidden)  # the vocab-parallel embedding's sum
+        for _ in range(config.num_layers // pp):
+            sent["tp"] += 2 * all_reduce(tp, hidden)  # attention and MLP outputs, forward
+            sent["tp"] += 2 * all_reduce(tp, hidden)  # their inputs' gradients, backward
+            sent["cp"] += 2 * (cp - 1) * kv * e  # all-gather K and V
+            sent["cp"] += 2 * (cp - 1) / cp * (kv * cp) * e  # reduce-scatter dK and dV
+        if last:
+            sent["tp"] += all_reduce(tp, hidden) + 3 * all_reduce(tp, b * s)  # head input, loss
+        else:
+            sent["pp"] += hidden * e
+        if not first:
+            sent["pp"] += hidden * e
+    held = sum(
+        math.prod(shard(n, torch.empty(shape_of(config, n)), 0, tp).shape) for n in held_names(config, sizes, rank)
+    )
+    sent["dp-cp"] = all_reduce(dp * cp, held + (1 if last else 0))
+    if pp > 1 and (first or last):
+        sent["embedding"] = all_reduce(2, config.vocab_size // tp * config.d_model)
+    return sent
+
+
+def shape_of(config: TinyGPTConfig, name: str) -> tuple[int, ...]:
+    return _shapes(config)[name]
+
+
+@cache
+def _shapes(config: TinyGPTConfig) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(p.shape) for name, p in TinyGPT(config).named_parameters()}
