@@ -64,27 +64,37 @@ def train_step(
     window = slice(c * length // cp, (c + 1) * length // cp)
     inputs, targets = rows[:, :-1][:, window], rows[:, 1:][:, window]
     pipeline = _Pipeline(stage, grid.members("pp", rank), s, groups["tp"], batch * length)
-    micro_inputs, micro_targets = inputs.chunk(microbatches), targets.chunk(microbatches)
+    _one_f_one_b(pipeline, inputs.chunk(microbatches), targets.chunk(microbatches), pp - s - 1)
+    _sum_gradients(stage, groups, tied=pp > 1 and (pipeline.first or pipeline.last))
+    with torch.no_grad():
+        for p in stage.parameters():
+            p -= lr * p.grad
+    return _global_loss(pipeline, groups) if pipeline.last else None
 
-    warmup = min(pp - s - 1, microbatches)
+
+def _one_f_one_b(pipeline: _Pipeline, inputs: tuple, targets: tuple, warmup: int) -> None:
+    """Warm-up forwards, then one forward and one backward at a time, then the last backwards."""
+    m = len(inputs)
+    warmup = min(warmup, m)
     for i in range(warmup):
-        pipeline.forward(i, micro_inputs[i], micro_targets[i])
-    for i in range(microbatches - warmup):
-        pipeline.forward(warmup + i, micro_inputs[warmup + i], micro_targets[warmup + i])
+        pipeline.forward(i, inputs[i], targets[i])
+    for i in range(m - warmup):
+        pipeline.forward(warmup + i, inputs[warmup + i], targets[warmup + i])
         pipeline.backward(i)
-    for i in range(microbatches - warmup, microbatches):
+    for i in range(m - warmup, m):
         pipeline.backward(i)
     pipeline.finish()
 
-    parameters = list(stage.parameters())
-    if pp > 1 and (pipeline.first or pipeline.last):
+
+def _sum_gradients(stage: nn.Module, groups: dict[str, dist.ProcessGroup], tied: bool) -> None:
+    """The tied embedding's gradient over the "embedding" group, then every gradient over "dp-cp"."""
+    if tied:
         dist.all_reduce(stage.token_embedding.weight.grad, group=groups["embedding"])
-    _all_reduce_flat([p.grad for p in parameters], groups["dp-cp"])
-    with torch.no_grad():
-        for p in parameters:
-            p -= lr * p.grad
-    if not pipeline.last:
-        return None
+    _all_reduce_flat([p.grad for p in stage.parameters()], groups["dp-cp"])
+
+
+def _global_loss(pipeline: _Pipeline, groups: dict[str, dist.ProcessGroup]) -> float:
+    """The whole batch's loss: this rank's micro-batch losses summed over the "dp-cp" group."""
     loss = torch.stack(pipeline.losses).sum().reshape(1)
     dist.all_reduce(loss, group=groups["dp-cp"])
     return loss.item()

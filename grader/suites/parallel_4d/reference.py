@@ -141,3 +141,61 @@ def shape_of(config: TinyGPTConfig, name: str) -> tuple[int, ...]:
 @cache
 def _shapes(config: TinyGPTConfig) -> dict[str, tuple[int, ...]]:
     return {name: tuple(p.shape) for name, p in TinyGPT(config).named_parameters()}
+
+
+# The planner's cost model (plan.py's docstrings), written term by term.
+def parameters(cfg) -> int:
+    head_dim = cfg.head_dim or cfg.d_model // cfg.num_heads
+    per_layer = 2 * cfg.d_model * cfg.num_heads * head_dim + 2 * cfg.d_model * cfg.num_kv_heads * head_dim
+    per_layer += (3 if cfg.gated_mlp else 2) * cfg.d_model * cfg.d_ff
+    return cfg.num_layers * per_layer + cfg.vocab_size * cfg.d_model
+
+
+def memory_terms(cfg, tp, cp, pp, dp, global_batch, seq_len) -> dict[str, float]:
+    psi = parameters(cfg) / (tp * pp)
+    layer_input = 2 * seq_len / cp * cfg.d_model / tp
+    return {
+        "weights and gradients": 4 * psi,
+        "optimizer": 12 * psi / (dp * cp),
+        "kept layer inputs": math.ceil(cfg.num_layers / pp) * min(pp, global_batch // dp) * layer_input,
+        "recomputed layer": 34 * seq_len / cp * cfg.d_model / tp,
+    }
+
+
+def time_terms(cfg, cluster: dict, tp, cp, pp, dp, global_batch, seq_len) -> dict[str, float]:
+    p = parameters(cfg)
+    head_dim = cfg.head_dim or cfg.d_model // cfg.num_heads
+    m, layers, s = global_batch // dp, math.ceil(cfg.num_layers / pp), seq_len / cp
+    compute = 8 * p * global_batch * seq_len / (cluster["gpus"] * cluster["peak_flops"] * cluster["mfu"])
+
+    def at(span: int) -> float:
+        inside = cluster["gpus_per_node"] % span == 0
+        return cluster["nvlink_bandwidth"] if inside else cluster["network_bandwidth"]
+
+    directions = 0 if pp == 1 else 1 if pp == 2 else 2
+    q = dp * cp
+    return {
+        "compute": compute,
+        "bubble": compute * (pp - 1) / m,
+        "tp": m * layers * 6 * 2 * (tp - 1) / tp * s * cfg.d_model * 2 / at(tp),
+        "cp": m * layers * 6 * (cp - 1) * s * cfg.num_kv_heads / tp * head_dim * 2 / at(tp * cp),
+        "pp": m * s * cfg.d_model / tp * 2 * directions / at(tp * cp * dp * pp),
+        "dp": 2 * (q - 1) / q * p / (tp * pp) * 2 / at(tp * cp * dp),
+    }
+
+
+def runnable(cfg, cluster: dict, global_batch: int, seq_len: int) -> list[tuple[int, int, int, int]]:
+    """Every (tp, cp, pp, dp) of plan's docstring that may run, before the memory test."""
+    n, grids = cluster["gpus"], []
+    for tp in range(1, n + 1):
+        for cp in range(1, n + 1):
+            for pp in range(1, n + 1):
+                if n % (tp * cp * pp):
+                    continue
+                dp = n // (tp * cp * pp)
+                if cluster["gpus_per_node"] % tp or cfg.num_heads % tp or cfg.num_kv_heads % tp:
+                    continue
+                if seq_len % cp or pp > cfg.num_layers or global_batch % dp:
+                    continue
+                grids.append((tp, cp, pp, dp))
+    return grids

@@ -100,12 +100,13 @@ def test_a_world_of_one_rank_is_one_process(submission):
 
 
 @pytest.mark.points(8)
-def test_1f1b_holds_at_most_pp_minus_s_microbatches_on_stage_s(submission):
+def test_1f1b_holds_at_most_pp_minus_s_microbatches_on_stage_s(submission, record_property):
     """pp = 2, m = 4 micro-batches (mesh dp 1, tp 2, pp 2, cp 2): stage 0 holds at most 2 between
     forward and backward, stage 1 one (counted by hooks on the stage module); GPipe holds 4."""
     mesh, m = (1, 2, 2, 2), 4
     result = run(submission, mesh, microbatches=m, salt=4)
     check_against_one_process(result, sizes_of(mesh), 4)
+    record_property("in_flight_per_rank", [steps[0]["in_flight"] for steps in result.steps])
     for rank, steps in enumerate(result.steps):
         stage = coordinates(sizes_of(mesh), rank)["pp"]
         bound = min(2 - stage, m)
@@ -119,7 +120,9 @@ def test_1f1b_holds_at_most_pp_minus_s_microbatches_on_stage_s(submission):
 @pytest.mark.perf
 @pytest.mark.points(12)
 @pytest.mark.parametrize("mesh", MESHES, ids=mesh_id)
-def test_each_group_carries_what_the_layout_needs_and_nothing_crosses_into_other_groups(submission, mesh):
+def test_each_group_carries_what_the_layout_needs_and_nothing_crosses_into_other_groups(
+    submission, mesh, record_property
+):
     """Every collective of a rank runs in one of its own groups (never the world, unless the
     world is one of them); a point-to-point send goes to a rank of its pp group (any group may
     carry it). Bytes sent per group (ring conventions; kinds with the same members, such as "dp"
@@ -144,9 +147,10 @@ def test_each_group_carries_what_the_layout_needs_and_nothing_crosses_into_other
                 sent[tuple(call["ranks"])] += call["bytes"]
             else:
                 raise AssertionError(
-                    f"rank {rank} of {sizes}: a {call['op']} among ranks {call['ranks']}, none of its groups "
+                    f"rank {rank} of {sizes}: {call['op']}() among ranks {call['ranks']}, none of its groups "
                     f"{mine}: gradients go over 'dp-cp', activations over 'tp', K and V over 'cp'"
                 )
+        record_property(f"rank_{rank}_bytes_per_group", {"/".join(map(str, g)): n for g, n in sent.items()})
         for group, got in sent.items():
             kinds = "/".join(k for k, g in mine.items() if g is not None and tuple(g) == group)
             assert abs(got - expected[group]) <= BYTES_SLACK, (
