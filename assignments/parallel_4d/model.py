@@ -159,7 +159,7 @@ def parallelize(model: TinyGPT, grid: RankGrid, rank: int, groups: dict[str, dis
       Token ids of the first stage must be embedded with this rank's vocabulary rows only (ids
       outside them give 0) and summed over the tp group; positions are global (c*S/cp + i).
 
-    Raises ValueError unless pp divides num_layers and tp divides num_heads, num_kv_heads,
-    vocab_size and the MLP's hidden size.
+    Raises ValueError unless pp divides num_layers, tp divides num_kv_heads (then it divides
+    num_heads, d_model and the MLP's hidden size too) and tp divides vocab_size.
     """
     raise NotImplementedError("implement parallelize (lectures/12-4d-parallelism.md, section 4)")

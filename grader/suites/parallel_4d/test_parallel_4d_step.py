@@ -6,6 +6,8 @@ conventions) against the call-by-call traffic of reference.py; and the refusals.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from grader.sandbox import Step
@@ -176,3 +178,16 @@ def test_parallelize_refuses_pp_not_dividing_the_layers(submission):
     sizes = {"dp": 1, "tp": 1, "pp": 8, "cp": 1}  # 4 layers over 8 stages
     step = step_4d(sizes, make_tokens(6), 8, measure=())
     expect_exception("ValueError", lambda: submission.script_spmd(8, [[step]] * 8))
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize(
+    "config",
+    [replace(CONFIG, num_kv_heads=2), replace(CONFIG, num_kv_heads=4, vocab_size=18)],
+    ids=["kv-heads", "vocab"],
+)
+def test_parallelize_refuses_tp_not_dividing_the_kv_heads_or_the_vocabulary(submission, config):
+    """tp = 4 on 4 ranks: 2 KV heads do not split; tp = 4 and a vocabulary of 18 rows do not split."""
+    sizes = {"dp": 1, "tp": 4, "pp": 1, "cp": 1}
+    step = Step("step_4d", (config, sizes, "tp-cp-dp-pp", make_tokens(7), 1, LR, SEED))
+    expect_exception("ValueError", lambda: submission.script_spmd(4, [[step]] * 4))
