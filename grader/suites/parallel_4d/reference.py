@@ -21,6 +21,7 @@ ORDER = "tp-cp-dp-pp"
 KINDS = ("tp", "cp", "dp", "pp", "dp-cp", "embedding")
 # (dp, tp, pp, cp): each world of 8 uses three of the four dimensions
 MESHES = [(2, 2, 2, 1), (2, 2, 1, 2), (1, 2, 2, 2), (2, 1, 2, 2)]
+MESH_16 = (2, 2, 2, 2)  # every dimension, on 16 ranks
 
 
 def sizes_of(mesh: tuple[int, int, int, int]) -> dict[str, int]:

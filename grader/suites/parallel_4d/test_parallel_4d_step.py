@@ -15,6 +15,7 @@ from grader.suites.parallel_4d.reference import (
     BATCH,
     CONFIG,
     LR,
+    MESH_16,
     MESHES,
     MICROBATCHES,
     SEED,
@@ -36,13 +37,14 @@ BYTES_SLACK = 64  # the loss's scalar may travel in another shape; nothing else 
 
 
 def run(submission, mesh, order="tp-cp-dp-pp", microbatches=MICROBATCHES, salt=1):
-    """One step_4d on the mesh's world of 8, every rank under the "groups" probe (cached)."""
+    """One step_4d on the mesh's world, every rank under the "groups" probe (cached)."""
     key = (id(submission), mesh, order, microbatches, salt)
     if key not in RUNS:
         sizes = sizes_of(mesh)
         tokens = make_tokens(salt)
         step = Step("step_4d", (CONFIG, sizes, order, tokens, microbatches, LR, SEED), measure=("groups",))
-        RUNS[key] = submission.script_spmd(8, [[step]] * 8)
+        world = sizes["dp"] * sizes["tp"] * sizes["pp"] * sizes["cp"]
+        RUNS[key] = submission.script_spmd(world, [[step]] * world)
     return RUNS[key]
 
 
@@ -74,12 +76,52 @@ def check_against_one_process(result, sizes, salt, order="tp-cp-dp-pp"):
             assert_matches(value, want, f"{at}: {name} after the step (tp shard {where['tp']})", 1e-10, 1e-10)
 
 
+def check_traffic(result, sizes, record_property) -> None:
+    """Every call of every rank in one of its groups; bytes per group as reference.traffic counts."""
+    groups = expected_groups(sizes)
+    for rank, calls in enumerate(m[0]["groups"] for m in result.measurements):
+        mine = {kind: next((g for g in groups[kind] if rank in g), None) for kind in groups}
+        members = {tuple(g) for g in mine.values() if g is not None}
+        want = traffic(CONFIG, sizes, rank, BATCH, SEQ, MICROBATCHES)
+        expected = {m: sum(want[k] for k, g in mine.items() if g is not None and tuple(g) == m) for m in members}
+        sent = dict.fromkeys(members, 0.0)
+        for call in calls:
+            if call["op"] in ("send", "recv", "recv_anysource"):
+                if "peer" in call and call["peer"] not in mine["pp"]:
+                    raise AssertionError(
+                        f"rank {rank} of {sizes}: sends to rank {call['peer']}, outside its pp group {mine['pp']}"
+                    )
+                sent[tuple(mine["pp"])] += call["bytes"]
+            elif tuple(call["ranks"]) in members:
+                sent[tuple(call["ranks"])] += call["bytes"]
+            else:
+                raise AssertionError(
+                    f"rank {rank} of {sizes}: {call['op']}() among ranks {call['ranks']}, none of its groups "
+                    f"{mine}: gradients go over 'dp-cp', activations over 'tp', K and V over 'cp'"
+                )
+        record_property(f"rank_{rank}_bytes_per_group", {"/".join(map(str, g)): n for g, n in sent.items()})
+        for group, got in sent.items():
+            kinds = "/".join(k for k, g in mine.items() if g is not None and tuple(g) == group)
+            assert abs(got - expected[group]) <= BYTES_SLACK, (
+                f"rank {rank} of {sizes}: sends {got:.0f} bytes in its {kinds} group {list(group)}, the layout "
+                f"needs {expected[group]:.0f} (lecture section 6: what each group carries)"
+            )
+
+
 @pytest.mark.points(24)
 @pytest.mark.parametrize("mesh", MESHES, ids=mesh_id)
 def test_one_step_on_a_world_of_8_equals_one_process(submission, mesh):
     """Loss (last stage only) and every updated shard equal one process's step on the whole
     batch; each rank holds exactly the parameters of its stage, under the whole model's names."""
     check_against_one_process(run(submission, mesh), sizes_of(mesh), 1)
+
+
+@pytest.mark.points(6)
+def test_one_step_on_a_world_of_16_with_every_dimension_equals_one_process_and_counts(submission):
+    """dp = tp = pp = cp = 2 on 16 ranks (forked from the zygote): the step equals one process
+    and every rank's groups carry what reference.traffic counts."""
+    check_against_one_process(run(submission, MESH_16), sizes_of(MESH_16), 1)
+    check_traffic(run(submission, MESH_16), sizes_of(MESH_16), lambda *_: None)
 
 
 @pytest.mark.points(4)
@@ -130,35 +172,7 @@ def test_each_group_carries_what_the_layout_needs_and_nothing_crosses_into_other
     carry it). Bytes sent per group (ring conventions; kinds with the same members, such as "dp"
     and "dp-cp" when cp = 1, add up) equal reference.traffic's call-by-call count within
     BYTES_SLACK."""
-    sizes = sizes_of(mesh)
-    groups = expected_groups(sizes)
-    for rank, calls in enumerate(m[0]["groups"] for m in run(submission, mesh).measurements):
-        mine = {kind: next((g for g in groups[kind] if rank in g), None) for kind in groups}
-        members = {tuple(g) for g in mine.values() if g is not None}
-        want = traffic(CONFIG, sizes, rank, BATCH, SEQ, MICROBATCHES)
-        expected = {m: sum(want[k] for k, g in mine.items() if g is not None and tuple(g) == m) for m in members}
-        sent = dict.fromkeys(members, 0.0)
-        for call in calls:
-            if call["op"] in ("send", "recv", "recv_anysource"):
-                if "peer" in call and call["peer"] not in mine["pp"]:
-                    raise AssertionError(
-                        f"rank {rank} of {sizes}: sends to rank {call['peer']}, outside its pp group {mine['pp']}"
-                    )
-                sent[tuple(mine["pp"])] += call["bytes"]
-            elif tuple(call["ranks"]) in members:
-                sent[tuple(call["ranks"])] += call["bytes"]
-            else:
-                raise AssertionError(
-                    f"rank {rank} of {sizes}: {call['op']}() among ranks {call['ranks']}, none of its groups "
-                    f"{mine}: gradients go over 'dp-cp', activations over 'tp', K and V over 'cp'"
-                )
-        record_property(f"rank_{rank}_bytes_per_group", {"/".join(map(str, g)): n for g, n in sent.items()})
-        for group, got in sent.items():
-            kinds = "/".join(k for k, g in mine.items() if g is not None and tuple(g) == group)
-            assert abs(got - expected[group]) <= BYTES_SLACK, (
-                f"rank {rank} of {sizes}: sends {got:.0f} bytes in its {kinds} group {list(group)}, the layout "
-                f"needs {expected[group]:.0f} (lecture section 6: what each group carries)"
-            )
+    check_traffic(run(submission, mesh), sizes_of(mesh), record_property)
 
 
 @pytest.mark.points(3)
