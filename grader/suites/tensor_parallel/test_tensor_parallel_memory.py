@@ -43,12 +43,13 @@ def test_tp_activation_bytes_reproduces_the_papers_configurations(submission, mo
 
 @pytest.mark.points(2)
 def test_tp_activation_bytes_every_branch_on_sizes_that_do_not_divide(submission):
-    """s=7, b=3, h=10, a=5, t=3: 24/t and 5as/(ht) are fractions; t=1 makes every branch equal
-    to no parallelism (selective: sbh * 34)."""
+    """s=7, b=3, h=10, a=5, t=3: 24/t and 5as/(ht) are fractions; t=8: every sequence-parallel
+    figure is a fraction too (an integer division is caught); t=1 makes every branch equal to no
+    parallelism (selective: sbh * 34)."""
     s, b, h, a = 7, 3, 10, 5
     sbh, core = s * b * h, 5 * a * s * s * b
     formula = submission.function("tp_activation_bytes")
-    for t in (1, 3):
+    for t in (1, 3, 8):
         expected = {
             (False, False): 10 * sbh + (24 * sbh + core) / t,
             (True, False): (34 * sbh + core) / t,
