@@ -7,7 +7,8 @@ N = tp * cp * dp * pp ranks, each with one coordinate per dimension. `order` lis
 dimensions from the one whose coordinate changes FASTEST with the rank to the slowest, as
 Megatron-Core's RankGenerator takes it. The default "tp-cp-dp-pp" (Megatron-Core's
 "tp-cp-ep-dp-pp" without expert parallelism) keeps a tensor-parallel group on neighbouring ranks
-(the GPUs of one server: TP communicates in every layer) and puts pipeline stages furthest apart (they send one activation per micro-batch and can cross the network):
+(the GPUs of one server: TP communicates in every layer) and puts pipeline stages furthest
+apart (they send one activation per micro-batch and can cross the network):
 
     rank = sum over dimensions x of coordinate_x * stride_x
     stride_x = product of the sizes of the dimensions before x in `order`

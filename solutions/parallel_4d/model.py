@@ -26,9 +26,10 @@ tied to the token embedding. A rank at coordinates (t, c, d, s) of a RankGrid ho
 - weights identical on every rank of its "dp-cp" group (data and context parallelism split the
   data, not the weights).
 
-The given functions below are the course's versions of module tensor_parallel's regions and
-vocab-parallel loss and module context_parallel's all-gathered K/V, each taking the group it
-works in.
+The first four functions are the communicating pieces, each taking the group it works in:
+module tensor_parallel's regions and vocab-parallel loss and module context_parallel's
+all-gathered K/V. Bring your own from those modules (they fit as they are, or with a rename),
+or write them again here.
 """
 
 from __future__ import annotations
@@ -45,101 +46,44 @@ from torch import nn
 from grader.models.tiny_gpt import TinyGPT
 
 
-class _CopyToRegion(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
-
-
-class _ReduceFromRegion(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        x = x.contiguous().clone()
-        dist.all_reduce(x, group=group)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
-
-
 def copy_to_tp_region(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-    """Identity forward; all-reduce of the gradient over `group` backward (module tensor_parallel)."""
+    """Megatron's f (module tensor_parallel): x unchanged forward; backward, the gradient summed
+    over `group` with one all-reduce."""
+    ### BEGIN SOLUTION
     return _CopyToRegion.apply(x, group)
+    ### END SOLUTION
 
 
 def reduce_from_tp_region(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-    """All-reduce (sum) over `group` forward; identity backward (module tensor_parallel)."""
+    """Megatron's g (module tensor_parallel): x summed over `group` with one all-reduce forward;
+    backward, the gradient unchanged."""
+    ### BEGIN SOLUTION
     return _ReduceFromRegion.apply(x, group)
-
-
-class _GatherSequence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(parts, x.contiguous(), group=group)
-        return torch.cat(parts, dim=2)
-
-    @staticmethod
-    def backward(ctx, grad):
-        parts = [part.contiguous() for part in grad.chunk(dist.get_world_size(ctx.group), dim=2)]
-        mine = torch.empty_like(parts[0])
-        dist.reduce_scatter(mine, parts, group=ctx.group)
-        return mine, None
+    ### END SOLUTION
 
 
 def all_gather_sequence(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-    """(b, h, s_local, d) -> (b, h, p*s_local, d), the blocks in group-rank order; backward
-    reduce-scatters the gradient, each rank keeping the sum for its own block (module
+    """(b, h, s_local, d) -> (b, h, p*s_local, d): every member's x along dimension 2, in
+    group-rank order, with one all-gather (p = the size of `group`). Backward, one reduce-scatter
+    of the gradient: each rank keeps the sum over the group of its own block's gradient (module
     context_parallel's all-gathered K/V)."""
+    ### BEGIN SOLUTION
     return _GatherSequence.apply(x, group)
-
-
-class _VocabParallelCrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits, targets, vocab_start, group):
-        # Three all-reduces of one number per token: the max, the sum of exponentials and the
-        # target's logit, each found on the one rank whose vocabulary shard holds it.
-        top = logits.max(dim=-1).values
-        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
-        shifted = logits - top.unsqueeze(-1)
-        exp = shifted.exp()
-        total = exp.sum(dim=-1)
-        dist.all_reduce(total, group=group)
-        local = targets - vocab_start
-        inside = (local >= 0) & (local < logits.shape[-1])
-        picked = shifted.gather(-1, local.clamp(0, logits.shape[-1] - 1).unsqueeze(-1)).squeeze(-1)
-        picked = torch.where(inside, picked, torch.zeros_like(picked))
-        dist.all_reduce(picked, group=group)
-        softmax = exp / total.unsqueeze(-1)
-        ctx.save_for_backward(softmax, local, inside)
-        return total.log() - picked
-
-    @staticmethod
-    def backward(ctx, grad):
-        softmax, local, inside = ctx.saved_tensors
-        grad_logits = softmax.clone()
-        rows = grad_logits.view(-1, grad_logits.shape[-1])
-        hit = inside.view(-1).nonzero().squeeze(-1)
-        rows[hit, local.view(-1)[hit]] -= 1
-        return grad_logits * grad.unsqueeze(-1), None, None, None
+    ### END SOLUTION
 
 
 def vocab_parallel_cross_entropy(
     logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, group: dist.ProcessGroup
 ) -> torch.Tensor:
     """Per-token cross-entropy (the shape of `targets`) from this rank's vocabulary shard of the
-    logits (..., V/tp), holding vocabulary ids [vocab_start, vocab_start + V/tp) (module
-    tensor_parallel's vocab_parallel_cross_entropy)."""
+    logits (..., V/tp), which holds vocabulary ids [vocab_start, vocab_start + V/tp) (module
+    tensor_parallel's vocab_parallel_cross_entropy). The logits are never gathered: exactly three
+    all-reduces over `group`, each of one number per token (the largest logit, with
+    ReduceOp.MAX; the sum of the exponentials; the target's logit, found on the one rank whose
+    shard holds it). Backward communicates nothing: softmax minus one-hot, on the local shard."""
+    ### BEGIN SOLUTION
     return _VocabParallelCrossEntropy.apply(logits, targets, vocab_start, group)
+    ### END SOLUTION
 
 
 def parallelize(model: TinyGPT, grid: RankGrid, rank: int, groups: dict[str, dist.ProcessGroup]) -> nn.Module:
@@ -251,3 +195,78 @@ class _Stage(nn.Module):
         return reduce_from_tp_region(partial, self.tp_group) + mlp[2].bias  # the bias once, after the sum
 
     ### END SOLUTION
+
+
+### BEGIN SOLUTION
+class _CopyToRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class _ReduceFromRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.contiguous().clone()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _GatherSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        return torch.cat(parts, dim=2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        parts = [part.contiguous() for part in grad.chunk(dist.get_world_size(ctx.group), dim=2)]
+        mine = torch.empty_like(parts[0])
+        dist.reduce_scatter(mine, parts, group=ctx.group)
+        return mine, None
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, targets, vocab_start, group):
+        # Three all-reduces of one number per token: the max, the sum of exponentials and the
+        # target's logit, each found on the one rank whose vocabulary shard holds it.
+        top = logits.max(dim=-1).values
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+        shifted = logits - top.unsqueeze(-1)
+        exp = shifted.exp()
+        total = exp.sum(dim=-1)
+        dist.all_reduce(total, group=group)
+        local = targets - vocab_start
+        inside = (local >= 0) & (local < logits.shape[-1])
+        picked = shifted.gather(-1, local.clamp(0, logits.shape[-1] - 1).unsqueeze(-1)).squeeze(-1)
+        picked = torch.where(inside, picked, torch.zeros_like(picked))
+        dist.all_reduce(picked, group=group)
+        softmax = exp / total.unsqueeze(-1)
+        ctx.save_for_backward(softmax, local, inside)
+        return total.log() - picked
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, local, inside = ctx.saved_tensors
+        grad_logits = softmax.clone()
+        rows = grad_logits.view(-1, grad_logits.shape[-1])
+        hit = inside.view(-1).nonzero().squeeze(-1)
+        rows[hit, local.view(-1)[hit]] -= 1
+        return grad_logits * grad.unsqueeze(-1), None, None, None
+
+
+### END SOLUTION
