@@ -212,7 +212,7 @@ def plan(cfg: TransformerConfig, cluster: Cluster, global_batch: int, seq_len: i
     """Every grid (tp, cp, pp, dp) of cluster.gpus GPUs that can run, fastest first (by
     step_seconds; ties in increasing (tp, cp, pp, dp)). A grid can run when tp divides
     gpus_per_node (tensor parallelism stays inside a node), num_heads and num_kv_heads; cp
-    divides seq_len; pp <= num_layers; dp divides global_batch; and plan_memory fits in
+    divides seq_len; pp <= num_layers; dp divides global_batch; and plan_memory <=
     cluster.memory_bytes. Each Plan carries microbatches = global_batch / dp, its plan_memory and
     its step_seconds. Raises ValueError when no grid can run.
     """

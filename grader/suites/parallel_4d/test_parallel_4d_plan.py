@@ -122,9 +122,21 @@ def test_step_seconds_counts_each_term_at_the_bandwidth_of_where_the_group_lies(
         assert close(got, want), f"step_seconds(tp, cp, pp, dp = {grid}): expected {want:.6g} s ({shown}), got {got!r}"
 
 
+ONE_NODE = {**SMALL_CLUSTER, "gpus": 8, "gpus_per_node": 8, "memory_bytes": 1e12}  # every grid fits
+# (tp, cp, pp, dp) = (1, 1, 1, 16) on SMALL_CLUSTER needs exactly this (every term an integer):
+# 4.75 P of model state, one layer input kept per layer, one layer recomputed.
+EXACT_LIMIT = 4.75 * 120848384 + 8 * 2 * 2048 * 1024 + 34 * 2048 * 1024
+
+
 @pytest.mark.points(8)
-def test_plan_lists_every_grid_that_fits_fastest_first_as_a_brute_force_search_does(submission):
-    cluster, batch, seq = SMALL_CLUSTER, 32, 2048
+@pytest.mark.parametrize(
+    "cluster", [SMALL_CLUSTER, ONE_NODE, {**SMALL_CLUSTER, "memory_bytes": EXACT_LIMIT}],
+    ids=["16-gpus-400-mb", "one-node-of-8", "16-gpus-at-the-exact-limit"],
+)  # fmt: skip
+def test_plan_lists_every_grid_that_fits_fastest_first_as_a_brute_force_search_does(submission, cluster):
+    """The exact limit fits (plan_memory <= memory_bytes); one node of 8 lists grids with cp = 8,
+    pp = 8 and dp = 8 (a dimension as large as the cluster)."""
+    batch, seq = 32, 2048
     got = submission.script([Step("plan_step", (SMALL, cluster, batch, seq))]).steps[0][0]
     want = []
     for grid in runnable(SMALL, cluster, batch, seq):
@@ -134,10 +146,14 @@ def test_plan_lists_every_grid_that_fits_fastest_first_as_a_brute_force_search_d
     want.sort(key=lambda w: (w[0], *w[1]))
     got_grids = [(p["tp"], p["cp"], p["pp"], p["dp"]) for p in got]
     assert got_grids == [w[1] for w in want], (
-        f"plan on 16 GPUs (4 per node, 400 MB each): expected the grids {[w[1] for w in want]} in this order, "
+        f"plan on {cluster['gpus']} GPUs ({cluster['gpus_per_node']} per node, {cluster['memory_bytes']:.6g} bytes "
+        f"each): expected the grids {[w[1] for w in want]} in this order, "
         f"got {got_grids}"
     )
-    assert len(want) < len(runnable(SMALL, cluster, batch, seq)), "the case must leave some grids out for memory"
+    if cluster is SMALL_CLUSTER:
+        assert len(want) < len(runnable(SMALL, cluster, batch, seq)), "the case must leave some grids out for memory"
+    if cluster["memory_bytes"] == EXACT_LIMIT:
+        assert (1, 1, 1, 16) in [w[1] for w in want], "the exact-limit case must keep the grid that needs it"
     for plan, (seconds, grid, memory) in zip(got, want):
         assert plan["microbatches"] == batch // grid[3], f"plan {grid}: microbatches {plan['microbatches']}"
         assert close(plan["memory_bytes"], memory) and close(plan["step_seconds"], seconds), (
