@@ -71,7 +71,7 @@ def train_step(
     with torch.no_grad():
         for p in stage.parameters():
             p -= lr * p.grad
-    return _global_loss(pipeline, groups) if pipeline.last else None
+    return _global_loss(pipeline, groups)
 
 
 def _one_f_one_b(pipeline: _Pipeline, inputs: tuple, targets: tuple, warmup: int) -> None:
@@ -95,8 +95,11 @@ def _sum_gradients(stage: nn.Module, groups: dict[str, dist.ProcessGroup], tied:
     _all_reduce_flat([p.grad for p in stage.parameters()], groups["dp-cp"])
 
 
-def _global_loss(pipeline: _Pipeline, groups: dict[str, dist.ProcessGroup]) -> float:
-    """The whole batch's loss: this rank's micro-batch losses summed over the "dp-cp" group."""
+def _global_loss(pipeline: _Pipeline, groups: dict[str, dist.ProcessGroup]) -> float | None:
+    """The whole batch's loss on the last stage (its micro-batch losses summed over the "dp-cp"
+    group); None on the other stages."""
+    if not pipeline.last:
+        return None
     loss = torch.stack(pipeline.losses).sum().reshape(1)
     dist.all_reduce(loss, group=groups["dp-cp"])
     return loss.item()
