@@ -47,7 +47,27 @@ def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[dist.Work]:
     head = torch.tensor(header, dtype=torch.int64, device=_device())
     length = torch.tensor([len(header)], dtype=torch.int64, device=_device())
     works = [dist.isend(length, dst, tag=tag), dist.isend(head, dst, tag=tag)]
-    return works + [dist.isend(t.contiguous(), dst, tag=tag) for t in tensors]
+    works += [dist.isend(t.contiguous(), dst, tag=tag) for t in tensors]
+    return [_PostedSend(work) for work in works]
+
+
+_POSTED: list[_PostedSend] = []  # every send posted since train_pipeline last cleared it
+
+
+class _PostedSend:
+    """Given: a posted send (a dist.Work) that remembers whether wait() was called on it, so
+    that train_pipeline can report the sends run_schedule never waited on."""
+
+    def __init__(self, work: dist.Work) -> None:
+        self.work, self.waited = work, False
+        _POSTED.append(self)
+
+    def wait(self, *args, **kwargs) -> bool:
+        self.waited = True
+        return self.work.wait(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.work, name)
 
 
 def recv_tensors(src: int, tag: int) -> Tensors:
@@ -173,7 +193,8 @@ def train_pipeline(
     cut into m microbatches (m = the schedule's, sizes differing by at most one) and the loss
     is pipeline_loss. Returns {"grads": {"layers.i.name": gradient} for this rank's layers,
     "peak_live": the most forwards whose saved tensors were alive at once, "live_after": those
-    still alive after run_schedule returned, "timeline": run_schedule's result, "grads_seen":
+    still alive after run_schedule returned, "sends_not_waited": how many of the requests
+    send_tensors returned run_schedule left without calling wait() on, "timeline": run_schedule's result, "grads_seen":
     per chunk, per forward of it in the order they ran, {"layers.i.name": its .grad as that
     forward started (None: no gradient yet)}}.
     """
@@ -194,7 +215,12 @@ def train_pipeline(
     def loss_fn(output: torch.Tensor | Tensors, mb: int) -> torch.Tensor:
         return pipeline_loss(output, pieces[mb][1], batch)
 
+    _POSTED.clear()
     timeline = run_schedule(chunks if v > 1 else chunks[0], schedule, [x for x, _ in pieces], loss_fn, group=group)
+    not_waited = sum(not send.waited for send in _POSTED)
+    for send in _POSTED:  # out before the next case's step (a second wait() on a gloo send hangs)
+        if not send.waited:
+            send.work.wait()
     grads = {
         f"layers.{i}.{name}": param.grad
         for c in range(v)
@@ -207,6 +233,7 @@ def train_pipeline(
         "grads": grads,
         "peak_live": counter.peak,
         "live_after": counter.live,
+        "sends_not_waited": not_waited,
         "timeline": timeline,
         "grads_seen": seen,
     }

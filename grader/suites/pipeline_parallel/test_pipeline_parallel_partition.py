@@ -68,10 +68,20 @@ def test_partition_handles_single_layers_single_stages_and_zero_costs(submission
         check(costs, p, stages, f"partition({costs}, {p})")
 
 
-BAD = [([1, 2, 3], 0), ([1, 2, 3], 4), ([], 1), ([1, -2, 3], 2), ([1, math.nan, 3], 2), ([1, math.inf], 1)]
+BAD = [
+    ([1, 2, 3], 0),
+    ([1, 2, 3], 4),
+    ([], 1),
+    ([1, -2, 3], 2),
+    ([1, -0.5, 3], 2),
+    ([1, math.nan, 3], 2),
+    ([1, math.inf], 1),
+]
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize(("costs", "p"), BAD, ids=["p=0", "p>n", "no-layers", "negative", "nan", "inf"])
+@pytest.mark.parametrize(
+    ("costs", "p"), BAD, ids=["p=0", "p>n", "no-layers", "negative", "negative-fraction", "nan", "inf"]
+)
 def test_partition_refuses_bad_input_with_value_error(submission, costs, p):
     expect_exception("ValueError", lambda: submission.function("partition")(costs, p))

@@ -152,6 +152,21 @@ def test_run_schedule_frees_each_activation_when_its_backward_ran(submission, re
         )
 
 
+@pytest.mark.points(2)
+def test_run_schedule_waits_on_every_send_before_returning(submission):
+    """Every request send_tensors returned has had wait() called on it when run_schedule
+    returns (counted by the given train_pipeline): a tensor whose send was never waited on may
+    still be read by gloo after the rank moved on."""
+    for cases, p in ((P2_CASES, 2), (P4_CASES, 4)):
+        results = run_world(submission, cases, p)
+        for index, case in enumerate(cases):
+            left = [rank_result["sends_not_waited"] for rank_result in outcome(results, index)]
+            assert not any(left), (
+                f"{describe(case)}: run_schedule returned with {left} (per rank) of send_tensors' requests never "
+                f"waited on: keep each SEND's requests and call wait() on every one before returning"
+            )
+
+
 def weight_gradient_actions(actions: list) -> dict[tuple[int, int], str]:
     """(microbatch, chunk) -> the kind of the action that computes its weight gradient: W when
     the rank's schedule holds W(mb, c) (split backward), else B."""
