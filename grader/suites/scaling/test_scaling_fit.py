@@ -183,3 +183,31 @@ def test_fit_and_compute_optimal_reject_bad_input(submission):
         assert name in raised(error), f"compute_optimal with {name} = -1 raised ValueError without naming {name}"
     small = fit(n / 1e9, d / 1e12, loss / 10)  # sizes, tokens and losses below 1 are positive: valid
     assert all(math.isfinite(v) for v in small.values()), f"a fit on values below 1 returned {small}"
+
+
+@pytest.mark.points(2)
+def test_fit_and_compute_optimal_take_every_input_at_the_edge_of_their_domain(submission):
+    """The boundaries the docstrings draw, on both sides: exactly 5 points fit; a budget C below
+    1 or not a multiple of 6 is valid (equation 4 in closed form, no rounding); A, B, alpha or
+    beta of 0 or -0.5 is refused."""
+    fit, optimal = submission.function("fit_scaling_law"), submission.function("compute_optimal")
+    n, d, loss = (t[:5] for t in chinchilla_points())
+    five = fit(n, d, loss, 1)
+    assert all(math.isfinite(v) for v in five.values()), f"a fit on exactly 5 points returned {five}"
+    alpha, beta = PUBLISHED_FIT["alpha"], PUBLISHED_FIT["beta"]
+    g = (alpha * PUBLISHED_FIT["A"] / (beta * PUBLISHED_FIT["B"])) ** (1 / (alpha + beta))
+    for budget in (0.5, 100.0):
+        want_n = g * (budget / 6) ** (beta / (alpha + beta))
+        got_n, got_d = optimal(budget, PUBLISHED_FIT)
+        assert math.isclose(got_n, want_n, rel_tol=1e-9) and math.isclose(got_d, budget / (6 * want_n), rel_tol=1e-9), (
+            f"compute_optimal({budget}, published fit) = ({got_n:.6g}, {got_d:.6g}), expected "
+            f"({want_n:.6g}, {budget / (6 * want_n):.6g}): any C > 0 is valid, divided exactly"
+        )
+    for name in ("A", "B", "alpha", "beta"):
+        for value in (0.0, -0.5):
+            error = expect_exception(
+                "ValueError", lambda name=name, value=value: optimal(1e22, {**PUBLISHED_FIT, name: value})
+            )
+            assert name in raised(error), (
+                f"compute_optimal with {name} = {value} raised ValueError without naming {name}"
+            )

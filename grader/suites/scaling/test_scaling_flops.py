@@ -136,3 +136,18 @@ def test_six_n_estimate_is_exact_with_matmul_weights_and_misses_only_attention(s
         if cfg.num_kv_heads == cfg.num_heads:
             share = (exact - 6 * n) / exact
             assert share < seq_len / (6 * cfg.d_model), f"{what}: the attention share {share:.3%} exceeds s / (6d)"
+
+
+@pytest.mark.points(1)
+def test_utilization_accepts_one_gpu_and_any_positive_rate(submission):
+    """ "Positive" means > 0: one GPU, half a token a second and a peak of 0.5 FLOP/s are valid
+    and give tokens_per_second * transformer_flops(training=True) / (n_gpus * peak_flops)."""
+    cfg = TransformerConfig(num_layers=2, d_model=64, num_heads=4, num_kv_heads=4, d_ff=256, vocab_size=100)
+    per_token = submission.function("transformer_flops")(cfg, 16, training=True)
+    for name in ("model_flops_utilization", "hardware_flops_utilization"):
+        args = (cfg, 16, 0.5, 1, 0.5) if name == "model_flops_utilization" else (cfg, 16, 0.5, 1, 0.5, False)
+        got = submission.function(name)(*args)
+        assert got == pytest.approx(per_token), (
+            f"{name}(cfg, 16, tokens_per_second=0.5, n_gpus=1, peak_flops=0.5) = {got}, expected {per_token}: "
+            f"refuse only values <= 0"
+        )

@@ -89,6 +89,34 @@ def test_training_memory_activations_for_each_recompute_mode(submission):
                 )
 
 
+# Sizes that divide nothing: d_model 9 (head_dim given), tp * pp = 12 parameters per GPU.
+CFG_ODD = TransformerConfig(num_layers=3, d_model=9, num_heads=4, num_kv_heads=2, d_ff=14, vocab_size=7, head_dim=3)
+
+
+@pytest.mark.points(2)
+def test_memory_keeps_the_fraction_where_a_split_does_not_divide(submission):
+    """Bytes are divided, never floored: activation_bytes_per_layer at (s, b, h, a, t) =
+    (3, 1, 5, 1, 2), an odd sum over t = 2; training_memory's Psi / (tp pp) with a parameter
+    count that 12 does not divide, and full recomputation's 2 s b h / tp at h = 9, tp = 4."""
+    activation, memory = submission.function("activation_bytes_per_layer"), submission.function("training_memory")
+    for sequence_parallel in (False, True):
+        want, got = (
+            korthikanti(3, 1, 5, 1, 2, sequence_parallel, False),
+            activation(3, 1, 5, 1, 2, sequence_parallel, False),
+        )
+        assert math.isclose(got, want, rel_tol=1e-12), (
+            f"activation_bytes_per_layer(3, 1, 5, 1, tp=2, sequence_parallel={sequence_parallel}) = {got}, expected "
+            f"{want}: divide by t with /, not // (bytes per GPU need not be whole)"
+        )
+    psi = submission.function("parameter_count")(CFG_ODD)
+    got = memory(CFG_ODD, 1, 1, 1, 4, 3, 0, "full", "bf16", True)
+    for part, want in (("parameters", 2 * psi / 12), ("activations", 3 * 2 * 1 * 1 * 9 / 4)):
+        assert math.isclose(got[part], want, rel_tol=1e-12), (
+            f"training_memory(d_model=9, tp=4, pp=3, recompute='full', sequence_parallel=True)[{part!r}] = "
+            f"{got[part]}, expected {want}: divide with /, not //"
+        )
+
+
 @pytest.mark.points(3)
 def test_training_time_and_gpu_hours(submission):
     """GPT-3's 3.14e23 FLOPs on 1024 GPUs of 312 TFLOP/s at 40 % MFU: 28.4 days, 699,000
