@@ -4,7 +4,7 @@
 # target: fit.py
 # select: edge_of_their_domain
 # fails: test_fit_and_compute_optimal_take_every_input_at_the_edge_of_their_domain
-# kind:
+# kind: exception
 # message: ValueError
 
 
