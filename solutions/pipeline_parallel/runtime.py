@@ -33,12 +33,12 @@ def message_tag(kind: str, microbatch: int, boundary: int) -> int:
     return (microbatch * 4096 + boundary) * 2 + (kind == "B")
 
 
-def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[dist.Work]:
+def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[_PostedSend]:
     """Given: post non-blocking sends (dist.isend) of `tensors` to GLOBAL rank `dst` (its rank in
     the world, whatever group the pipeline runs in: see run_schedule): a header (how
-    many tensors, each one's dtype and shape), then each tensor. Returns the requests: the
-    tensors must stay alive and unchanged until each request's wait() returned (wait on all of
-    them before run_schedule returns)."""
+    many tensors, each one's dtype and shape), then each tensor. Returns the requests (each a
+    dist.Work that remembers its wait()): the tensors must stay alive and unchanged until each
+    request's wait() returned (wait on all of them before run_schedule returns)."""
     header = [len(tensors)]
     for t in tensors:
         header += [_DTYPES.index(t.dtype), t.dim(), *t.shape]
