@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -51,16 +52,15 @@ def send_tensors(tensors: Tensors, dst: int, tag: int) -> list[_PostedSend]:
     return [_PostedSend(work) for work in works]
 
 
-_POSTED: list[_PostedSend] = []  # every send posted since train_pipeline last cleared it
-
-
 class _PostedSend:
     """Given: a posted send (a dist.Work) that remembers whether wait() was called on it, so
     that train_pipeline can report the sends run_schedule never waited on."""
 
+    posted: ClassVar[list[_PostedSend]] = []  # every send since train_pipeline last cleared it
+
     def __init__(self, work: dist.Work) -> None:
         self.work, self.waited = work, False
-        _POSTED.append(self)
+        _PostedSend.posted.append(self)
 
     def wait(self, *args, **kwargs) -> bool:
         self.waited = True
@@ -194,9 +194,9 @@ def train_pipeline(
     is pipeline_loss. Returns {"grads": {"layers.i.name": gradient} for this rank's layers,
     "peak_live": the most forwards whose saved tensors were alive at once, "live_after": those
     still alive after run_schedule returned, "sends_not_waited": how many of the requests
-    send_tensors returned run_schedule left without calling wait() on, "timeline": run_schedule's result, "grads_seen":
-    per chunk, per forward of it in the order they ran, {"layers.i.name": its .grad as that
-    forward started (None: no gradient yet)}}.
+    send_tensors returned run_schedule left without calling wait() on, "timeline":
+    run_schedule's result, "grads_seen": per chunk, per forward of it in the order they ran,
+    {"layers.i.name": its .grad as that forward started (None: no gradient yet)}}.
     """
     if schedule_from != "run_schedule":
         import schedules
@@ -215,12 +215,11 @@ def train_pipeline(
     def loss_fn(output: torch.Tensor | Tensors, mb: int) -> torch.Tensor:
         return pipeline_loss(output, pieces[mb][1], batch)
 
-    _POSTED.clear()
+    _PostedSend.posted.clear()
     timeline = run_schedule(chunks if v > 1 else chunks[0], schedule, [x for x, _ in pieces], loss_fn, group=group)
-    not_waited = sum(not send.waited for send in _POSTED)
-    for send in _POSTED:  # out before the next case's step (a second wait() on a gloo send hangs)
-        if not send.waited:
-            send.work.wait()
+    not_waited = [send for send in _PostedSend.posted if not send.waited]
+    for send in not_waited:  # out before the next case's step (only these: a second wait() on a gloo send hangs)
+        send.work.wait()
     grads = {
         f"layers.{i}.{name}": param.grad
         for c in range(v)
@@ -233,7 +232,7 @@ def train_pipeline(
         "grads": grads,
         "peak_live": counter.peak,
         "live_after": counter.live,
-        "sends_not_waited": not_waited,
+        "sends_not_waited": len(not_waited),
         "timeline": timeline,
         "grads_seen": seen,
     }
