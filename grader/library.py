@@ -43,6 +43,14 @@ def all_gather(shard: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     return torch.cat([out[r * largest : r * largest + sizes[r]] for r in range(p)])
 
 
+def all_to_all_single(tensor: torch.Tensor) -> torch.Tensor:
+    """torch.distributed.all_to_all_single with equal splits: block i of the result is block
+    `rank` of rank i's flattened input (the schedules of module cluster must deliver the same)."""
+    out = torch.empty_like(tensor.flatten())
+    dist.all_to_all_single(out, tensor.flatten().contiguous())
+    return out.view_as(tensor)
+
+
 def device_mesh_groups(mesh_shape: list[int], names: list[str], flattened: list[list[str]]) -> dict[str, list[int]]:
     """The global ranks of this rank's group along every dimension of
     torch.distributed.device_mesh.init_device_mesh("cpu", mesh_shape, mesh_dim_names=names), and

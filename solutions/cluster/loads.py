@@ -1,0 +1,46 @@
+"""Where the bytes of a collective go: link loads by class (lecture 13-the-cluster, section 4).
+
+A message from GPU a to GPU b crosses the links of cluster.path(a, b) (grader/models/cluster.py):
+NVLink inside a node; between nodes the NICs, and the spine when the two NICs hang off different
+leaves. A link carries each byte of each message that crosses it, once per direction it is used.
+"""
+
+from __future__ import annotations
+
+from grader.models.cluster import Cluster, link_class
+
+
+def link_loads(cluster: Cluster, groups: list[list[int]], nbytes: int) -> dict[str, float]:
+    """Bytes on each link class of `cluster` when every group of `groups` (a list of GPU ids, in
+    ring order) all-reduces `nbytes` with lecture 1's ring, all groups at the same time: GPU
+    group[i] sends 2(p-1)/p * nbytes to group[(i+1) % p] (p = its group's size; a group of one
+    sends nothing). Returns {"nvlink": ..., "nic": ..., "spine": ...}, each the bytes summed over
+    every link of the class (a message counts once on every link of its cluster.path), equal to
+    the simulator's Simulation.bytes_by_class() of those rings.
+
+    Use it to compare placements: data-parallel groups of one local rank across nodes put
+    nothing on the spine of a rail-optimised cluster, and a tensor-parallel group inside a node
+    puts everything on NVLink.
+    Raises ValueError when a GPU is not in the cluster or in two groups, and for nbytes < 0;
+    a transfer the topology does not connect raises ScheduleError (a ValueError).
+    """
+    ### BEGIN SOLUTION
+    if not nbytes >= 0:
+        raise ValueError(f"nbytes must be >= 0, not {nbytes!r}")
+    seen: set[int] = set()
+    for group in groups:
+        for gpu in group:
+            if not isinstance(gpu, int) or not 0 <= gpu < cluster.num_gpus:
+                raise ValueError(f"GPU {gpu!r} is not in the cluster (0..{cluster.num_gpus - 1})")
+            if gpu in seen:
+                raise ValueError(f"GPU {gpu} is in two groups")
+            seen.add(gpu)
+    loads = {"nvlink": 0.0, "nic": 0.0, "spine": 0.0}
+    for group in groups:
+        p = len(group)
+        sent = 2 * (p - 1) / p * nbytes  # the ring: reduce-scatter + all-gather, to the next GPU
+        for i in range(p if p > 1 else 0):
+            for link in cluster.path(group[i], group[(i + 1) % p]):
+                loads[link_class(link)] += sent
+    return loads
+    ### END SOLUTION
