@@ -1,0 +1,258 @@
+"""Hidden suite: the schedules, run for real and replayed in the simulator.
+
+Run for real: the given executor (grader.models.cluster.run_schedule, through the given
+allreduce_step) runs each schedule on worlds of 4 and 8 gloo ranks, two "nodes" of 2 or 4 GPUs,
+and the result is compared with the library's collective on the same inputs
+(torch.distributed.all_reduce, torch.distributed.all_to_all_single), for sizes that divide into
+the chunks, sizes that do not, fewer elements than chunks, float64 and float32.
+
+Replayed: the simulator counts the bytes on every link. Each schedule's figures equal those of
+the suite's own schedule (reference.py) on clusters of 2 to 1,024 GPUs; the closed forms of the
+docstrings are checked on their own, so that a failure says which promise broke: 2(p-1)/p N per
+GPU for a ring, 2(g-1)/g N on NVLink and 2(n-1)/n N/g on the network for the hierarchical
+all-reduce (the flat ring puts g times more on its busiest NIC), a latency that grows with
+log p for a tree and with p for a ring, the farthest partner first for halving-doubling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from grader.models.cluster import Cluster, simulate
+from grader.sandbox import Step, SubmissionError
+from grader.suites.cluster import reference
+from grader.testing import assert_matches, expect_exception, generator
+
+
+def small_cluster(nodes: int, gpus_per_node: int, **kw) -> Cluster:
+    return Cluster(nodes=nodes, gpus_per_node=gpus_per_node, nvlink_GBps=450.0, nics_per_node=gpus_per_node,
+                   nic_Gbps=400.0, **kw)  # fmt: skip
+
+
+WORLDS = {4: small_cluster(2, 2), 8: small_cluster(2, 4)}
+ORDERS = {4: [2, 0, 3, 1], 8: [5, 1, 4, 0, 7, 3, 6, 2]}  # ring and tree orders that are not 0..p-1
+SHAPES = [((7, 3), torch.float64), ((4, 4), torch.float64), ((3,), torch.float64), ((2, 5), torch.float32)]
+ALLREDUCE = {
+    "ring_allreduce_schedule": lambda p: (ORDERS[p], 0),
+    "hierarchical_allreduce_schedule": lambda p: (WORLDS[p], 0),
+    "double_binary_tree_allreduce_schedule": lambda p: (ORDERS[p], 0),
+    "recursive_halving_doubling_allreduce_schedule": lambda p: (ORDERS[p], 0),
+}
+
+
+def run_cases(submission, p: int, name: str, inputs: list[list[torch.Tensor]]) -> list:
+    """Every case's per-rank results, in one world call (inputs[case][rank])."""
+    args = ALLREDUCE[name](p) if name in ALLREDUCE else (WORLDS[p], 0)
+    steps = [[Step("allreduce_step", (name, (args[0], t.numel() * t.element_size()), t)) for t in case] for case in inputs]
+    per_rank = submission.script_spmd(p, [[case[r] for case in steps] for r in range(p)]).steps
+    return [[per_rank[r][i] for r in range(p)] for i in range(len(inputs))]
+
+
+@pytest.mark.points(4)
+@pytest.mark.parametrize("name", list(ALLREDUCE))
+@pytest.mark.parametrize("p", [4, 8])
+def test_schedule_run_on_real_ranks_equals_dist_all_reduce(submission, library, name, p):
+    """The executor's result on every rank equals torch.distributed.all_reduce of the same
+    inputs, and every rank ends with the same bits (each chunk summed once, then copied)."""
+    inputs = [
+        [torch.randn(*shape, generator=generator("cluster", name, p, i, r), dtype=torch.float64).to(dtype) for r in range(p)]
+        for i, (shape, dtype) in enumerate(SHAPES)
+    ]
+    results = run_cases(submission, p, name, inputs)
+    for (shape, dtype), case, got in zip(SHAPES, inputs, results):
+        expected = library.spmd("grader.library:all_reduce", p, [(t.clone(),) for t in case]).outputs
+        tol = (1e-12, 1e-12) if dtype == torch.float64 else (1e-5, 1e-6)
+        where = f"{name} on {p} ranks ({p // 2} GPUs per node), a {tuple(shape)} {str(dtype)[6:]} buffer"
+        for rank in range(p):
+            assert_matches(got[rank], expected[rank], f"{where}: rank {rank} after the schedule vs dist.all_reduce", *tol)
+            assert torch.equal(got[rank], got[0]), (
+                f"{where}: rank {rank} ends with other bits than rank 0: each chunk must be summed once and then copied "
+                f"(a 'copy' transfer), not summed again on every GPU in another order"
+            )
+
+
+@pytest.mark.points(4)
+@pytest.mark.parametrize("p", [4, 8])
+def test_hierarchical_alltoall_run_on_real_ranks_equals_all_to_all_single(submission, library, p):
+    """Block i of every rank's output is block `rank` of rank i's input, as
+    torch.distributed.all_to_all_single gives it (equal splits), in float64 and float32."""
+    inputs = [
+        [torch.randn(p * k, generator=generator("cluster-a2a", p, k, r), dtype=torch.float64).to(dtype) for r in range(p)]
+        for k, dtype in ((3, torch.float64), (1, torch.float64), (2, torch.float32))
+    ]
+    results = run_cases(submission, p, "hierarchical_alltoall_schedule", inputs)
+    for case, got in zip(inputs, results):
+        expected = library.spmd("grader.library:all_to_all_single", p, [(t.clone(),) for t in case]).outputs
+        for rank in range(p):
+            assert torch.equal(got[rank], expected[rank]), (
+                f"hierarchical_alltoall_schedule on {p} ranks, {case[0].numel()} {str(case[0].dtype)[6:]} elements per "
+                f"rank: rank {rank} got {got[rank].tolist()}, dist.all_to_all_single gives {expected[rank].tolist()}"
+            )
+
+
+# --- replayed in the simulator --------------------------------------------------------------
+
+CLUSTERS = [small_cluster(1, 8), small_cluster(2, 2), small_cluster(3, 4), small_cluster(4, 8), small_cluster(16, 8),
+            small_cluster(5, 2, topology="fat_tree", leaf_down_ports=4), Cluster.h100_cluster(128)]  # fmt: skip
+
+
+def schedules_of(submission, name: str, cases: list[tuple]) -> list[dict]:
+    return submission.script([Step(name, args) for args in cases]).steps[0]
+
+
+def same_figures(got: dict, want: dict, cluster: Cluster, what: str) -> None:
+    mine, right = simulate(cluster, got), simulate(cluster, want)
+    for link, nbytes in right.link_bytes.items():
+        assert math.isclose(mine.link_bytes.get(link, 0.0), nbytes, rel_tol=1e-9), (
+            f"{what}: link {link} carried {mine.link_bytes.get(link, 0.0):.0f} bytes, expected {nbytes:.0f}"
+        )
+    extra = sorted(set(mine.link_bytes) - set(right.link_bytes))
+    assert not extra, f"{what}: links {extra[:4]} carried bytes; the schedule of the docstring never uses them"
+    assert math.isclose(mine.makespan, right.makespan, rel_tol=1e-9), (
+        f"{what}: simulated makespan {mine.makespan:.6g} s, expected {right.makespan:.6g} s (same messages, same steps)"
+    )
+
+
+@pytest.mark.points(6)
+@pytest.mark.parametrize(
+    ("name", "build"),
+    [
+        ("ring_allreduce_schedule", lambda c: ((list(range(c.num_gpus)), 3 << 20), reference.ring(list(range(c.num_gpus)), 3 << 20))),
+        ("hierarchical_allreduce_schedule", lambda c: ((c, 3 << 20), reference.hierarchical(c, 3 << 20))),
+        ("double_binary_tree_allreduce_schedule",
+         lambda c: ((list(range(c.num_gpus)), 3 << 20), reference.double_binary_tree(list(range(c.num_gpus)), 3 << 20))),
+        ("hierarchical_alltoall_schedule", lambda c: ((c, c.num_gpus << 10), reference.hierarchical_alltoall(c, c.num_gpus << 10))),
+    ],
+)  # fmt: skip
+def test_simulated_bytes_on_every_link_and_makespan_equal_the_docstrings_schedule(submission, name, build):
+    clusters = [c for c in CLUSTERS if name != "hierarchical_alltoall_schedule" or c.num_gpus <= 64]
+    cases = [build(c) for c in clusters]
+    got = schedules_of(submission, name, [args for args, _ in cases])
+    for cluster, schedule, (_, want) in zip(clusters, got, cases):
+        same_figures(schedule, want, cluster, f"{name} on {cluster.nodes} nodes of {cluster.gpus_per_node}")
+
+
+@pytest.mark.points(4)
+def test_halving_doubling_simulated_bytes_and_makespan_equal_the_docstrings_schedule(submission):
+    """Farthest partner first: on 2 nodes of 8 the first step sends N/2 through every NIC; a
+    schedule that starts with the nearest partner sends N/16 there and fails."""
+    clusters = [c for c in CLUSTERS if not c.num_gpus & (c.num_gpus - 1)]
+    got = schedules_of(submission, "recursive_halving_doubling_allreduce_schedule",
+                       [(list(range(c.num_gpus)), 3 << 20) for c in clusters])  # fmt: skip
+    for cluster, schedule in zip(clusters, got):
+        want = reference.halving_doubling(list(range(cluster.num_gpus)), 3 << 20)
+        same_figures(schedule, want, cluster, f"recursive_halving_doubling_allreduce_schedule on {cluster.num_gpus} GPUs")
+    nbytes = 1 << 24
+    schedule = submission.function("recursive_halving_doubling_allreduce_schedule")(list(range(16)), nbytes)
+    nic = simulate(small_cluster(2, 8), schedule).link_bytes.get(("nic_out", 0, 0), 0.0)
+    assert nic == nbytes, (
+        f"16 GPUs on 2 nodes of 8: GPU 0's NIC sent {nic:.0f} bytes, expected N = {nbytes} (N/2 in the first halving step "
+        f"to the partner at distance p/2 = 8, N/2 back in the last doubling step): pair i with i XOR p/2^(k+1)"
+    )
+
+
+@pytest.mark.points(6)
+@pytest.mark.parametrize(("nodes", "g"), [(2, 2), (4, 8), (3, 4), (16, 8), (128, 8)])
+def test_hierarchical_sends_n_over_g_per_gpu_on_the_network_and_the_flat_ring_g_times_more(submission, nodes, g):
+    """Per GPU: 2(g-1)/g N on NVLink and 2(n-1)/n N/g through its NIC; nothing on the spine
+    within a pod. The flat ring over the same cluster puts g times more bytes on its busiest NIC."""
+    cluster = small_cluster(nodes, g) if nodes < 100 else Cluster.h100_cluster(nodes)
+    nbytes = g * nodes * 3 << 10
+    hierarchical, flat = schedules_of(
+        submission, "hierarchical_allreduce_schedule", [(cluster, nbytes)]
+    )[0], submission.function("ring_allreduce_schedule")(list(range(cluster.num_gpus)), nbytes)
+    result = simulate(cluster, hierarchical)
+    n = nodes
+    for gpu in (0, cluster.num_gpus - 1):
+        nvlink = result.link_bytes.get(("nvlink_out", gpu), 0.0)
+        assert math.isclose(nvlink, 2 * (g - 1) / g * nbytes), (
+            f"{n} nodes of {g}: GPU {gpu} sent {nvlink:.0f} bytes over NVLink, expected 2(g-1)/g * N = "
+            f"{2 * (g - 1) / g * nbytes:.0f} (reduce-scatter and all-gather of chunk groups inside the node)"
+        )
+        nic = result.link_bytes.get(("nic_out", gpu // g, gpu % g), 0.0)
+        assert math.isclose(nic, 2 * (n - 1) / n * nbytes / g), (
+            f"{n} nodes of {g}: GPU {gpu}'s NIC sent {nic:.0f} bytes, expected 2(n-1)/n * N/g = "
+            f"{2 * (n - 1) / n * nbytes / g:.0f}: only the chunk group the GPU holds after the node's reduce-scatter "
+            f"crosses the network"
+        )
+    pods = math.ceil(n / cluster.leaf_down_ports)
+    if pods == 1:
+        assert result.bytes_by_class()["spine"] == 0, f"{n} nodes in one pod: the rail rings never cross the spine"
+    busiest_flat = simulate(cluster, flat).max_bytes_by_class()["nic"]
+    busiest = result.max_bytes_by_class()["nic"]
+    assert math.isclose(busiest_flat, g * busiest * (n * g - 1) / (n * g) * n / (n - 1)), (
+        f"the flat ring's busiest NIC carries {busiest_flat:.0f} bytes against the hierarchical's {busiest:.0f}: "
+        f"expected about g = {g} times more"
+    )
+
+
+@pytest.mark.points(4)
+def test_tree_latency_grows_with_log_p_and_the_ring_latency_with_p(submission):
+    """At N = 0 only latencies remain: the tree takes 2 floor(log2 p) steps, the ring 2(p-1)."""
+    scales = [8, 24, 64, 1024]
+    clusters = {p: Cluster.h100_cluster(p // 8) for p in scales}
+    trees = schedules_of(submission, "double_binary_tree_allreduce_schedule", [(list(range(p)), 0) for p in scales])
+    rings = schedules_of(submission, "ring_allreduce_schedule", [(list(range(p)), 0) for p in scales])
+    for p, tree, ring in zip(scales, trees, rings):
+        cluster = clusters[p]
+        steps = 2 * (p.bit_length() - 1)
+        ring_steps = sum(repeat for repeat, _ in ring["steps"])
+        tree_steps = sum(repeat for repeat, _ in tree["steps"])
+        assert tree_steps == steps, f"double_binary_tree on {p} GPUs: {tree_steps} steps, expected 2 floor(log2 p) = {steps}"
+        assert ring_steps == 2 * (p - 1), f"ring on {p} GPUs: {ring_steps} steps, expected 2(p-1) = {2 * (p - 1)}"
+        tree_time, ring_time = simulate(cluster, tree).makespan, simulate(cluster, ring).makespan
+        alpha = cluster.nic_latency_s + 3 * cluster.switch_latency_s if p > 8 else cluster.nvlink_latency_s
+        assert tree_time <= steps * (alpha + cluster.message_s) * (1 + 1e-9), (
+            f"double_binary_tree on {p} GPUs at N = 0: {tree_time:.3g} s, at most {steps} latencies expected"
+        )
+        assert ring_time >= 2 * (p - 1) * cluster.nvlink_latency_s, f"ring on {p} GPUs at N = 0: {ring_time:.3g} s"
+
+
+@pytest.mark.points(3)
+def test_one_gpu_and_an_empty_buffer_need_no_transfer(submission):
+    """One GPU: no steps; every schedule of N = 0 is still a valid schedule (its steps cost latency only)."""
+    for name in ("ring_allreduce_schedule", "double_binary_tree_allreduce_schedule",
+                 "recursive_halving_doubling_allreduce_schedule"):  # fmt: skip
+        schedule = submission.function(name)([3], 64)
+        assert schedule["steps"] == [] and schedule["gpus"] == [3], f"{name}([3], 64): expected no steps, got {schedule}"
+    one = small_cluster(1, 1)
+    for name in ("hierarchical_allreduce_schedule", "hierarchical_alltoall_schedule"):
+        schedule = submission.function(name)(one, 64)
+        assert schedule["steps"] == [], f"{name} on one GPU: expected no steps, got {schedule['steps']}"
+    single_node = small_cluster(1, 4)
+    got = submission.function("hierarchical_allreduce_schedule")(single_node, 0)
+    assert simulate(single_node, got).bytes_by_class()["nic"] == 0, "one node: the hierarchical all-reduce never uses a NIC"
+
+
+REFUSALS = [
+    ("ring_allreduce_schedule", ([0, 1, 1, 2], 64), "a GPU named twice"),
+    ("ring_allreduce_schedule", ([], 64), "no GPU"),
+    ("ring_allreduce_schedule", ([0, 1], -1), "nbytes < 0"),
+    ("ring_allreduce_schedule", ([0, -1], 64), "a negative GPU id"),
+    ("double_binary_tree_allreduce_schedule", ([2, 2], 64), "a GPU named twice"),
+    ("double_binary_tree_allreduce_schedule", ([0, 1], 1.5), "nbytes not an integer"),
+    ("recursive_halving_doubling_allreduce_schedule", (list(range(6)), 64), "6 GPUs"),
+    ("recursive_halving_doubling_allreduce_schedule", (list(range(12)), 64), "12 GPUs"),
+    ("recursive_halving_doubling_allreduce_schedule", ([0, 1, 2, 0], 64), "a GPU named twice"),
+    ("hierarchical_allreduce_schedule", (small_cluster(2, 2), -8), "nbytes < 0"),
+    ("hierarchical_allreduce_schedule", ({"nodes": 2, "gpus_per_node": 2}, 64), "a dict, not a Cluster"),
+    ("hierarchical_alltoall_schedule", (small_cluster(2, 2), -8), "nbytes < 0"),
+    ("hierarchical_alltoall_schedule", (4, 64), "an int, not a Cluster"),
+]
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize(("name", "args", "why"), REFUSALS, ids=[f"{n}-{w}" for n, _, w in REFUSALS])
+def test_bad_input_raises_value_error(submission, name, args, why):
+    expect_exception("ValueError", lambda: submission.function(name)(*args))
+
+
+def test_the_executor_refuses_a_schedule_for_another_world(submission):
+    """A schedule of 8 GPUs run on 4 ranks: ScheduleError (a ValueError) on every rank, not a hang."""
+    schedule_args = (list(range(8)), 64)
+    with pytest.raises(SubmissionError) as caught:
+        submission.function("allreduce_step").spmd(4, [("ring_allreduce_schedule", schedule_args, torch.ones(8))] * 4)
+    assert caught.value.kind == "exception" and "ScheduleError" in caught.value.message, caught.value.message
