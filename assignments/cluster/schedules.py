@@ -51,7 +51,13 @@ def flat_alltoall_schedule(ranks: list[int], nbytes: int) -> dict:
     _check_nbytes(nbytes)
     p = len(ranks)
     transfers = [(ranks[s], ranks[d], s * p + d, s * p + d + 1, "copy") for s in range(p) for d in range(p) if s != d]
-    return {"op": "all_to_all", "gpus": ranks, "nbytes": nbytes, "chunks": p * p, "steps": [(1, transfers)] if transfers else []}
+    return {
+        "op": "all_to_all",
+        "gpus": ranks,
+        "nbytes": nbytes,
+        "chunks": p * p,
+        "steps": [(1, transfers)] if transfers else [],
+    }
 
 
 def ring_allreduce_schedule(ranks: list[int], nbytes: int) -> dict:
@@ -146,7 +152,9 @@ def hierarchical_alltoall_schedule(cluster: Cluster, nbytes: int) -> dict:
     raise NotImplementedError("implement hierarchical_alltoall_schedule (lectures/13-the-cluster.md, section 8)")
 
 
-def allreduce_step(name: str, args: tuple, tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+def allreduce_step(
+    name: str, args: tuple, tensor: torch.Tensor, group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
     """Given (the grader calls it on every rank): build the schedule `name`(*args), a function
     of this file, and run it on this rank's `tensor` with the given executor
     (grader.models.cluster.run_schedule) in `group`; returns what the executor returns."""

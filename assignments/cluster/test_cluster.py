@@ -55,12 +55,20 @@ def test_schedules_on_four_ranks_equal_dist_all_reduce(submission, library):
     ):
         result = submission.function("allreduce_step").spmd(4, [(name, args, t) for t in tensors])
         for rank, got in enumerate(result.outputs):
-            assert_matches(got, expected[rank], f"{name}: rank {rank}'s buffer after the schedule (dist.all_reduce's sum)", 1e-12, 1e-12)
+            assert_matches(
+                got,
+                expected[rank],
+                f"{name}: rank {rank}'s buffer after the schedule (dist.all_reduce's sum)",
+                1e-12,
+                1e-12,
+            )
 
 
 def test_bus_bandwidth_of_an_all_reduce_on_eight_gpus(submission):
     algbw, busbw = submission.function("bus_bandwidth")("all_reduce", 275e9, 1.0, 8)
-    assert (algbw, busbw) == (275.0, 481.25), f"expected (275.0, 481.25) GB/s (busbw = algbw * 2(n-1)/n), got {(algbw, busbw)}"
+    assert (algbw, busbw) == (275.0, 481.25), (
+        f"expected (275.0, 481.25) GB/s (busbw = algbw * 2(n-1)/n), got {(algbw, busbw)}"
+    )
 
 
 def test_choose_algorithm_picks_halving_doubling_for_small_and_hierarchical_for_large(submission):
@@ -74,4 +82,6 @@ def test_choose_algorithm_picks_halving_doubling_for_small_and_hierarchical_for_
 
 
 def test_recursive_halving_doubling_refuses_six_gpus(submission):
-    expect_exception("ValueError", lambda: submission.function("recursive_halving_doubling_allreduce_schedule")(list(range(6)), 64))
+    expect_exception(
+        "ValueError", lambda: submission.function("recursive_halving_doubling_allreduce_schedule")(list(range(6)), 64)
+    )

@@ -67,7 +67,6 @@ is computed once, and every message of a step at once (numpy), so 16,384 GPUs ta
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,7 +124,9 @@ class Cluster:
         if self.nics_per_node > self.gpus_per_node:
             raise ValueError(f"{self.nics_per_node} NICs for {self.gpus_per_node} GPUs: at most one NIC per GPU")
         if self.topology == "fat_tree" and self.leaf_down_ports < self.nics_per_node:
-            raise ValueError(f"a fat-tree leaf of {self.leaf_down_ports} ports cannot hold a node of {self.nics_per_node} NICs")
+            raise ValueError(
+                f"a fat-tree leaf of {self.leaf_down_ports} ports cannot hold a node of {self.nics_per_node} NICs"
+            )
 
     @classmethod
     def dgx_h100(cls) -> Cluster:
@@ -207,12 +208,15 @@ class Cluster:
 
 
 def link_class(link: tuple) -> str:
-    """"nvlink", "nic" or "spine" for a link name of Cluster.path."""
+    """ "nvlink", "nic" or "spine" for a link name of Cluster.path."""
     return {"nvlink_out": "nvlink", "nvlink_in": "nvlink", "nic_out": "nic", "nic_in": "nic"}.get(link[0], "spine")
 
 
 def _leaves(cluster: Cluster, gpus: np.ndarray) -> np.ndarray:
-    node, nic = gpus // cluster.gpus_per_node, (gpus % cluster.gpus_per_node) * cluster.nics_per_node // cluster.gpus_per_node
+    node, nic = (
+        gpus // cluster.gpus_per_node,
+        (gpus % cluster.gpus_per_node) * cluster.nics_per_node // cluster.gpus_per_node,
+    )
     if cluster.topology == "rail_only":
         return nic
     if cluster.topology == "rail":
@@ -223,11 +227,13 @@ def _leaves(cluster: Cluster, gpus: np.ndarray) -> np.ndarray:
 def _capacities(cluster: Cluster) -> np.ndarray:
     g, nics, leaves = cluster.num_gpus, cluster.nodes * cluster.nics_per_node, cluster.num_leaves
     per_leaf = cluster.leaf_down_ports * cluster.nic_bytes_per_s / cluster.oversubscription
-    return np.concatenate([
-        np.full(2 * g, cluster.nvlink_bytes_per_s),
-        np.full(2 * nics, cluster.nic_bytes_per_s),
-        np.full(2 * leaves, per_leaf),
-    ])
+    return np.concatenate(
+        [
+            np.full(2 * g, cluster.nvlink_bytes_per_s),
+            np.full(2 * nics, cluster.nic_bytes_per_s),
+            np.full(2 * leaves, per_leaf),
+        ]
+    )
 
 
 def _paths(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -237,7 +243,8 @@ def _paths(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarr
     if bad.any():
         i = int(np.argmax(bad))
         raise ScheduleError(
-            f"a transfer from GPU {int(src[i])} to GPU {int(dst[i])}: GPUs are 0..{g - 1} and a GPU does not send to itself"
+            f"a transfer from GPU {int(src[i])} to GPU {int(dst[i])}: "
+            f"GPUs are 0..{g - 1} and a GPU does not send to itself"
         )
     gpn, npn = cluster.gpus_per_node, cluster.nics_per_node
     nics, leaves = cluster.nodes * npn, cluster.num_leaves
@@ -249,7 +256,8 @@ def _paths(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarr
     if cluster.topology == "rail_only" and spine.any():
         i = int(np.argmax(spine))
         raise ScheduleError(
-            f"a transfer from GPU {int(src[i])} (rail {int(leaf_src[i])}) to GPU {int(dst[i])} (rail {int(leaf_dst[i])}) "
+            f"a transfer from GPU {int(src[i])} (rail {int(leaf_src[i])}) "
+            f"to GPU {int(dst[i])} (rail {int(leaf_dst[i])}) "
             f"on another node: a rail-only cluster joins only the same rail across nodes; go through NVLink first"
         )
     links = np.full((len(src), 4), -1, dtype=np.int64)
@@ -283,7 +291,9 @@ def check_schedule(schedule: object) -> tuple[dict, list[_Step]]:
     """The schedule's fields and its steps as arrays; ScheduleError (naming what is wrong) for a
     malformed schedule."""
     if not isinstance(schedule, dict):
-        raise ScheduleError(f"a schedule is a dict with op, gpus, nbytes, chunks and steps, not a {type(schedule).__name__}")
+        raise ScheduleError(
+            f"a schedule is a dict with op, gpus, nbytes, chunks and steps, not a {type(schedule).__name__}"
+        )
     missing = [key for key in ("op", "gpus", "nbytes", "chunks", "steps") if key not in schedule]
     if missing:
         raise ScheduleError(f"the schedule has no {', '.join(missing)} (keys: op, gpus, nbytes, chunks, steps)")
@@ -313,19 +323,24 @@ def check_schedule(schedule: object) -> tuple[dict, list[_Step]]:
         for t in transfers:
             ok = isinstance(t, (list, tuple)) and len(t) == 5 and all(_is_int(x) for x in t[:4]) and t[4] in KINDS
             if not ok:
-                raise ScheduleError(f"step {index}: transfer {_short(t)} is not (src, dst, first, last, 'reduce' | 'copy')")
+                raise ScheduleError(
+                    f"step {index}: transfer {_short(t)} is not (src, dst, first, last, 'reduce' | 'copy')"
+                )
             src, dst, first, last, _ = t
             if src not in members or dst not in members or src == dst:
                 raise ScheduleError(f"step {index}: transfer {tuple(t)} must join two different GPUs of {list(gpus)}")
             if not 0 <= first < last <= chunks:
-                raise ScheduleError(f"step {index}: transfer {tuple(t)} sends chunks {first}..{last - 1} of 0..{chunks - 1}")
+                raise ScheduleError(
+                    f"step {index}: transfer {tuple(t)} sends chunks {first}..{last - 1} of 0..{chunks - 1}"
+                )
         arrays = [np.array([t[i] for t in transfers], dtype=np.int64) for i in range(4)]
         if repeat > 1:
             received = np.bincount(arrays[1], minlength=max(gpus) + 1)
             if (received[arrays[0]] != 1).any():
                 gpu = int(arrays[0][np.argmax(received[arrays[0]] != 1)])
                 raise ScheduleError(
-                    f"step {index} repeats {repeat} times, but GPU {gpu} receives {int(received[gpu])} of its transfers: "
+                    f"step {index} repeats {repeat} times, "
+                    f"but GPU {gpu} receives {int(received[gpu])} of its transfers: "
                     f"in a repeated step every sender passes on the one range it received"
                 )
         checked.append(_Step(repeat, *arrays, tuple(t[4] for t in transfers)))
@@ -378,7 +393,7 @@ class Simulation:
     def makespan_for(self, nbytes: float) -> float:
         """The makespan of the same schedule with a buffer of `nbytes` instead: every message's
         bytes scale with the buffer, and its fluid time with them."""
-        return sum(_step_time(latency, fluid, posts, nbytes) for latency, fluid, posts in self._profile)
+        return sum(times * _step_time(latency, fluid, post, nbytes) for times, latency, fluid, post in self._profile)
 
 
 def _step_time(latency: np.ndarray, fluid_per_byte: np.ndarray, posts: float, nbytes: float) -> float:
@@ -393,23 +408,26 @@ def simulate(cluster: Cluster, schedule: dict) -> Simulation:
     """
     header, steps = check_schedule(schedule)
     if max(header["gpus"]) >= cluster.num_gpus:
-        raise ScheduleError(f"the schedule uses GPU {max(header['gpus'])}; the cluster has {cluster.num_gpus} (0..{cluster.num_gpus - 1})")
+        raise ScheduleError(
+            f"the schedule uses GPU {max(header['gpus'])}; "
+            f"the cluster has {cluster.num_gpus} (0..{cluster.num_gpus - 1})"
+        )
     capacity = _capacities(cluster)
-    chunk_bytes = header["nbytes"] / header["chunks"]
+    # the share of nbytes one chunk holds: a chunk of C, or an all_to_all block of N / P
+    share = 1 / (len(header["gpus"]) if header["op"] == "all_to_all" else header["chunks"])
     link_bytes = np.zeros(len(capacity))
     profile, timeline = [], []
     for step in steps:
         for sizes, times in _repetitions(step):
-            src, dst, nbytes, posts = _messages(step.src, step.dst, sizes.astype(float))
+            src, dst, chunks, posts = _messages(step.src, step.dst, sizes.astype(float))
             links, latency, _ = _paths(cluster, src, dst)
-            per_byte = _fluid_seconds(links, nbytes, capacity)  # seconds per byte of the buffer
-            total = nbytes * chunk_bytes
+            per_byte = _fluid_seconds(links, chunks * share, capacity)  # seconds per byte of nbytes
             valid = links >= 0
-            np.add.at(link_bytes, links[valid], np.broadcast_to(total[:, None], links.shape)[valid] * times)
+            carried = np.broadcast_to((chunks * share * header["nbytes"])[:, None], links.shape)
+            np.add.at(link_bytes, links[valid], carried[valid] * times)
             post = cluster.message_s * (posts - 1)
-            seconds = _step_time(latency, per_byte / header["chunks"], post, header["nbytes"])
-            profile += [(latency, per_byte / header["chunks"], post)] * times
-            timeline.append((times, seconds))
+            profile.append((times, latency, per_byte, post))
+            timeline.append((times, _step_time(latency, per_byte, post, header["nbytes"])))
     used = np.nonzero(link_bytes)[0]
     makespan = sum(times * seconds for times, seconds in timeline)
     return Simulation(
@@ -435,7 +453,7 @@ def _repetitions(step: _Step):
 
 
 def _messages(src: np.ndarray, dst: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Transfers merged per (src, dst): their src, dst, chunks, and the most messages one GPU posts."""
+    """Transfers merged per (src, dst): their src, dst, chunks carried, and the most messages one GPU posts."""
     pairs, inverse = np.unique(np.stack([src, dst], axis=1), axis=0, return_inverse=True)
     chunks = np.bincount(inverse.reshape(-1), weights=sizes, minlength=len(pairs))
     posts = int(np.bincount(pairs[:, 0]).max())
@@ -443,8 +461,8 @@ def _messages(src: np.ndarray, dst: np.ndarray, sizes: np.ndarray) -> tuple[np.n
 
 
 def _fluid_seconds(links: np.ndarray, nbytes: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """When each message finishes, all starting at 0, sharing links max-min fairly (progressive
-    filling, recomputed each time a message finishes). Messages are bytes `nbytes`."""
+    """When each message of `nbytes` finishes, all starting at 0, sharing links max-min fairly
+    (progressive filling, recomputed each time a message finishes)."""
     remaining = nbytes.astype(float).copy()
     finish = np.zeros(len(nbytes))
     active = remaining > 0
@@ -508,13 +526,15 @@ def run_schedule(schedule: dict, tensor: torch.Tensor, group: dist.ProcessGroup 
     else:
         p = len(gpus)
         if tensor.numel() % p:
-            raise ScheduleError(f"an all_to_all input of {tensor.numel()} elements does not split into {p} equal blocks")
+            raise ScheduleError(
+                f"an all_to_all input of {tensor.numel()} elements does not split into {p} equal blocks"
+            )
         pieces = [torch.zeros(tensor.numel() // p, dtype=tensor.dtype) for _ in range(chunks)]
         mine = gpus.index(me)
         for d, block in enumerate(tensor.detach().flatten().chunk(p)):
             pieces[mine * p + d] = block.clone()
     for step in steps:
-        ranges = {int(s): (int(f), int(l)) for s, f, l in zip(step.src, step.first, step.last)}
+        ranges: dict[int, tuple[int, int]] = {}  # what each GPU received the time before
         for time in range(step.repeat):
             ranges = _run_repetition(step, time, ranges, pieces, me, rank_of, group)
     if header["op"] == "all_reduce":
@@ -536,7 +556,9 @@ def _run_repetition(step: _Step, time: int, ranges: dict, pieces: list, me: int,
             sends.append(dist.P2POp(dist.isend, data, rank_of[dst], group, tag=index))
         if dst == me:
             buffer = torch.empty(sum(p.numel() for p in pieces[first:last]), dtype=pieces[0].dtype)
-            recvs.append((dist.P2POp(dist.irecv, buffer, rank_of[src], group, tag=index), first, last, step.kinds[index]))
+            recvs.append(
+                (dist.P2POp(dist.irecv, buffer, rank_of[src], group, tag=index), first, last, step.kinds[index])
+            )
     ops = sends + [op for op, *_ in recvs]
     for request in dist.batch_isend_irecv(ops) if ops else []:
         request.wait()

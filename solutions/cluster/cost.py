@@ -42,7 +42,7 @@ def bus_bandwidth(op: str, nbytes: float, seconds: float, n: int) -> tuple[float
     all_gather the whole array, n times one rank's part) that took `seconds` on `n` ranks:
     algbw = S / t, busbw = algbw * factor, factor 2(n-1)/n for all_reduce; (n-1)/n for
     reduce_scatter, all_gather and all_to_all; 1 for broadcast, reduce and sendrecv.
-    Raises ValueError for another op, nbytes < 0, seconds <= 0 or n < 1.
+    Raises ValueError for another op, nbytes < 0, seconds <= 0, or n that is not an integer >= 1.
     """
     ### BEGIN SOLUTION
     if op not in BUS_FACTORS:
@@ -113,4 +113,3 @@ def choose_algorithm(op: str, nbytes: float, cluster: Cluster) -> str:
     times = [predicted_time(a, nbytes, cluster) for a in candidates]
     return candidates[times.index(min(times))]
     ### END SOLUTION
-

@@ -49,7 +49,13 @@ def flat_alltoall_schedule(ranks: list[int], nbytes: int) -> dict:
     _check_nbytes(nbytes)
     p = len(ranks)
     transfers = [(ranks[s], ranks[d], s * p + d, s * p + d + 1, "copy") for s in range(p) for d in range(p) if s != d]
-    return {"op": "all_to_all", "gpus": ranks, "nbytes": nbytes, "chunks": p * p, "steps": [(1, transfers)] if transfers else []}
+    return {
+        "op": "all_to_all",
+        "gpus": ranks,
+        "nbytes": nbytes,
+        "chunks": p * p,
+        "steps": [(1, transfers)] if transfers else [],
+    }
 
 
 def ring_allreduce_schedule(ranks: list[int], nbytes: int) -> dict:
@@ -108,17 +114,19 @@ def hierarchical_allreduce_schedule(cluster: Cluster, nbytes: int) -> dict:
         return j * n, (j + 1) * n
 
     steps = []
-    if g > 1:  # 1. GPU l sends group l; after g-1 hops it holds group (l+1) % g summed over its node
-        steps.append((g - 1, [(gpu(k, l), gpu(k, (l + 1) % g), *group(l), "reduce") for k in range(n) for l in range(g)]))
-    if n > 1:  # 2. the ring over nodes, on the n chunks of the group GPU l holds
-        held = [(l + 1) % g for l in range(g)]
-        ring = [(gpu(k, l), gpu((k + 1) % n, l), held[l] * n + k) for k in range(n) for l in range(g)]
-        steps.append((n - 1, [(s, d, c, c + 1, "reduce") for s, d, c in ring]))
-        ring = [(gpu(k, l), gpu((k + 1) % n, l), held[l] * n + (k + 1) % n) for k in range(n) for l in range(g)]
-        steps.append((n - 1, [(s, d, c, c + 1, "copy") for s, d, c in ring]))
-    if g > 1:  # 3. GPU l passes on its complete group (l+1) % g, then whatever arrives
+    if g > 1:  # 1. GPU r sends group r; after g-1 hops it holds group (r+1) % g summed over its node
         steps.append(
-            (g - 1, [(gpu(k, l), gpu(k, (l + 1) % g), *group((l + 1) % g), "copy") for k in range(n) for l in range(g)])
+            (g - 1, [(gpu(k, r), gpu(k, (r + 1) % g), *group(r), "reduce") for k in range(n) for r in range(g)])
+        )
+    if n > 1:  # 2. the ring over nodes, on the n chunks of the group GPU r holds
+        held = [(r + 1) % g for r in range(g)]
+        ring = [(gpu(k, r), gpu((k + 1) % n, r), held[r] * n + k) for k in range(n) for r in range(g)]
+        steps.append((n - 1, [(s, d, c, c + 1, "reduce") for s, d, c in ring]))
+        ring = [(gpu(k, r), gpu((k + 1) % n, r), held[r] * n + (k + 1) % n) for k in range(n) for r in range(g)]
+        steps.append((n - 1, [(s, d, c, c + 1, "copy") for s, d, c in ring]))
+    if g > 1:  # 3. GPU r passes on its complete group (r+1) % g, then whatever arrives
+        steps.append(
+            (g - 1, [(gpu(k, r), gpu(k, (r + 1) % g), *group((r + 1) % g), "copy") for k in range(n) for r in range(g)])
         )
     return {"op": "all_reduce", "gpus": list(range(g * n)), "nbytes": nbytes, "chunks": g * n, "steps": steps}
     ### END SOLUTION
@@ -231,28 +239,31 @@ def hierarchical_alltoall_schedule(cluster: Cluster, nbytes: int) -> dict:
     def block(src: int, dst: int) -> tuple[int, int]:
         return src * p + dst, src * p + dst + 1
 
-    inside = [
-        (a * g + l, a * g + m, *block(a * g + l, b * g + m), "copy")
+    # GPU (a, i) is a * g + i: node a, local rank i
+    inside = [  # (a, i) hands (a, j) its blocks for local rank j of every node b
+        (a * g + i, a * g + j, *block(a * g + i, b * g + j), "copy")
         for a in range(n)
-        for l in range(g)
-        for m in range(g)
-        if m != l
+        for i in range(g)
+        for j in range(g)
+        if j != i
         for b in range(n)
     ]
-    across = [
-        (a * g + l, b * g + l, *block(a * g + m, b * g + l), "copy")
+    across = [  # (a, i) sends (b, i) what node a's GPUs j have for it, on rail i
+        (a * g + i, b * g + i, *block(a * g + j, b * g + i), "copy")
         for a in range(n)
-        for l in range(g)
+        for i in range(g)
         for b in range(n)
         if b != a
-        for m in range(g)
+        for j in range(g)
     ]
     steps = [(1, transfers) for transfers in (inside, across) if transfers]
     return {"op": "all_to_all", "gpus": list(range(p)), "nbytes": nbytes, "chunks": p * p, "steps": steps}
     ### END SOLUTION
 
 
-def allreduce_step(name: str, args: tuple, tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+def allreduce_step(
+    name: str, args: tuple, tensor: torch.Tensor, group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
     """Given (the grader calls it on every rank): build the schedule `name`(*args), a function
     of this file, and run it on this rank's `tensor` with the given executor
     (grader.models.cluster.run_schedule) in `group`; returns what the executor returns."""

@@ -25,16 +25,23 @@ def ring(gpus: list[int], nbytes: int) -> dict:
 def hierarchical(cluster: Cluster, nbytes: int) -> dict:
     """Node rings over chunk groups, rail rings over the nodes, node rings again."""
     g, n = cluster.gpus_per_node, cluster.nodes
-    node_ring = [(k * g + l, k * g + (l + 1) % g, l) for k in range(n) for l in range(g)]  # (src, dst, local rank)
-    rail_ring = [(k * g + l, ((k + 1) % n) * g + l, k, l) for k in range(n) for l in range(g)]
-    owned = lambda l: (l + 1) % g  # noqa: E731 - the chunk group a GPU of local rank l ends phase 1 with
-    steps = [
-        (g - 1, [(s, d, l * n, l * n + n, "reduce") for s, d, l in node_ring] if g > 1 else []),
-        (n - 1, [(s, d, owned(l) * n + k, owned(l) * n + k + 1, "reduce") for s, d, k, l in rail_ring] if n > 1 else []),
-        (n - 1, [(s, d, owned(l) * n + (k + 1) % n, owned(l) * n + (k + 1) % n + 1, "copy") for s, d, k, l in rail_ring]
-         if n > 1 else []),
-        (g - 1, [(s, d, owned(l) * n, owned(l) * n + n, "copy") for s, d, l in node_ring] if g > 1 else []),
-    ]  # fmt: skip
+    node_ring = [(k * g + i, k * g + (i + 1) % g, i) for k in range(n) for i in range(g)]  # (src, dst, local rank)
+    rail_ring = [(k * g + i, ((k + 1) % n) * g + i, k, i) for k in range(n) for i in range(g)]
+
+    def owned(i: int) -> int:  # the chunk group a GPU of local rank i ends phase 1 with
+        return (i + 1) % g
+
+    def one(first: int, kind: str) -> tuple[int, int, str]:
+        return first, first + 1, kind
+
+    steps = []
+    if g > 1:
+        steps.append((g - 1, [(s, d, i * n, i * n + n, "reduce") for s, d, i in node_ring]))
+    if n > 1:
+        steps.append((n - 1, [(s, d, *one(owned(i) * n + k, "reduce")) for s, d, k, i in rail_ring]))
+        steps.append((n - 1, [(s, d, *one(owned(i) * n + (k + 1) % n, "copy")) for s, d, k, i in rail_ring]))
+    if g > 1:
+        steps.append((g - 1, [(s, d, owned(i) * n, owned(i) * n + n, "copy") for s, d, i in node_ring]))
     return _schedule("all_reduce", list(range(g * n)), nbytes, g * n, steps)
 
 
@@ -80,15 +87,15 @@ def hierarchical_alltoall(cluster: Cluster, nbytes: int) -> dict:
     gpu = lambda node, local: node * g + local  # noqa: E731
     inside, across = [], []
     for a in range(n):
-        for l in range(g):
-            for m in range(g):
+        for i in range(g):
+            for j in range(g):
                 for b in range(n):
-                    if m != l:  # (a, l)'s blocks for local rank m of node b go to (a, m)
-                        block = gpu(a, l) * p + gpu(b, m)
-                        inside.append((gpu(a, l), gpu(a, m), block, block + 1, "copy"))
-                    if b != a:  # (a, l) forwards node a's blocks for (b, l)
-                        block = gpu(a, m) * p + gpu(b, l)
-                        across.append((gpu(a, l), gpu(b, l), block, block + 1, "copy"))
+                    if j != i:  # (a, i)'s blocks for local rank j of node b go to (a, j)
+                        block = gpu(a, i) * p + gpu(b, j)
+                        inside.append((gpu(a, i), gpu(a, j), block, block + 1, "copy"))
+                    if b != a:  # (a, i) forwards node a's blocks for (b, i)
+                        block = gpu(a, j) * p + gpu(b, i)
+                        across.append((gpu(a, i), gpu(b, i), block, block + 1, "copy"))
     return _schedule("all_to_all", list(range(p)), nbytes, p * p, [(1, inside), (1, across)])
 
 

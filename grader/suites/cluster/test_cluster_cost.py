@@ -45,7 +45,9 @@ def test_bus_bandwidth_follows_nccl_tests_for_every_operation(submission):
     for (op, nbytes, seconds, n), answer in zip(cases, got):
         algbw = nbytes / seconds / 1e9
         want = (algbw, algbw * OPS[op](n))
-        assert isinstance(answer, (tuple, list)) and len(answer) == 2, f"bus_bandwidth returns (algbw, busbw), got {answer!r}"
+        assert isinstance(answer, (tuple, list)) and len(answer) == 2, (
+            f"bus_bandwidth returns (algbw, busbw), got {answer!r}"
+        )
         assert all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(answer, want)), (
             f"bus_bandwidth({op!r}, {nbytes}, {seconds}, n={n}): expected (algbw, busbw) = {want} GB/s "
             f"(algbw = S/t in 1e9 bytes/s; busbw factor of {op}: see nccl-tests' PERFORMANCE.md), got {tuple(answer)}"

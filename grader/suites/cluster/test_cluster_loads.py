@@ -29,7 +29,9 @@ def tensor_parallel(cluster: Cluster, size: int, inside: bool) -> list[list[int]
     g = cluster.gpus_per_node
     if inside:
         return [list(range(start, start + size)) for start in range(0, cluster.num_gpus, size)]
-    return [[(block + k) * g + local for k in range(size)] for block in range(0, cluster.nodes, size) for local in range(g)]
+    return [
+        [(block + k) * g + local for k in range(size)] for block in range(0, cluster.nodes, size) for local in range(g)
+    ]
 
 
 CASES = [
@@ -57,7 +59,9 @@ def test_link_loads_equal_the_simulators_bytes_per_link_class(submission):
     got = submission.script([Step("link_loads", (c, groups, n)) for _, c, groups, n in CASES]).steps[0]
     for (what, cluster, groups, nbytes), loads in zip(CASES, got):
         want = simulated_loads(cluster, groups, nbytes)
-        assert isinstance(loads, dict) and set(loads) == set(want), f"{what}: expected keys {sorted(want)}, got {loads!r}"
+        assert isinstance(loads, dict) and set(loads) == set(want), (
+            f"{what}: expected keys {sorted(want)}, got {loads!r}"
+        )
         for kind in want:
             assert math.isclose(loads[kind], want[kind], rel_tol=1e-9, abs_tol=1e-6), (
                 f"{what}: {kind} carries {loads[kind]:.0f} bytes, the simulator counts {want[kind]:.0f} "
@@ -80,7 +84,10 @@ REFUSALS = [
     ((RAIL, [[0, 64]], 1024), "a GPU the cluster lacks"),
     ((RAIL, [[0, 1], [1, 2]], 1024), "a GPU in two groups"),
     ((RAIL, [[0, 1]], -1), "nbytes < 0"),
-    ((Cluster.h100_cluster(2, topology="rail_only"), [[0, 9]], 1024), "another rail of another node on a rail-only cluster"),
+    (
+        (Cluster.h100_cluster(2, topology="rail_only"), [[0, 9]], 1024),
+        "another rail of another node on a rail-only cluster",
+    ),
 ]
 
 

@@ -46,7 +46,9 @@ ALLREDUCE = {
 def run_cases(submission, p: int, name: str, inputs: list[list[torch.Tensor]]) -> list:
     """Every case's per-rank results, in one world call (inputs[case][rank])."""
     args = ALLREDUCE[name](p) if name in ALLREDUCE else (WORLDS[p], 0)
-    steps = [[Step("allreduce_step", (name, (args[0], t.numel() * t.element_size()), t)) for t in case] for case in inputs]
+    steps = [
+        [Step("allreduce_step", (name, (args[0], t.numel() * t.element_size()), t)) for t in case] for case in inputs
+    ]
     per_rank = submission.script_spmd(p, [[case[r] for case in steps] for r in range(p)]).steps
     return [[per_rank[r][i] for r in range(p)] for i in range(len(inputs))]
 
@@ -58,7 +60,10 @@ def test_schedule_run_on_real_ranks_equals_dist_all_reduce(submission, library, 
     """The executor's result on every rank equals torch.distributed.all_reduce of the same
     inputs, and every rank ends with the same bits (each chunk summed once, then copied)."""
     inputs = [
-        [torch.randn(*shape, generator=generator("cluster", name, p, i, r), dtype=torch.float64).to(dtype) for r in range(p)]
+        [
+            torch.randn(*shape, generator=generator("cluster", name, p, i, r), dtype=torch.float64).to(dtype)
+            for r in range(p)
+        ]
         for i, (shape, dtype) in enumerate(SHAPES)
     ]
     results = run_cases(submission, p, name, inputs)
@@ -67,10 +72,12 @@ def test_schedule_run_on_real_ranks_equals_dist_all_reduce(submission, library, 
         tol = (1e-12, 1e-12) if dtype == torch.float64 else (1e-5, 1e-6)
         where = f"{name} on {p} ranks ({p // 2} GPUs per node), a {tuple(shape)} {str(dtype)[6:]} buffer"
         for rank in range(p):
-            assert_matches(got[rank], expected[rank], f"{where}: rank {rank} after the schedule vs dist.all_reduce", *tol)
+            assert_matches(
+                got[rank], expected[rank], f"{where}: rank {rank} after the schedule vs dist.all_reduce", *tol
+            )
             assert torch.equal(got[rank], got[0]), (
-                f"{where}: rank {rank} ends with other bits than rank 0: each chunk must be summed once and then copied "
-                f"(a 'copy' transfer), not summed again on every GPU in another order"
+                f"{where}: rank {rank} ends with other bits than rank 0: each chunk must be summed once and then "
+                f"copied (a 'copy' transfer), not summed again on every GPU in another order"
             )
 
 
@@ -80,7 +87,10 @@ def test_hierarchical_alltoall_run_on_real_ranks_equals_all_to_all_single(submis
     """Block i of every rank's output is block `rank` of rank i's input, as
     torch.distributed.all_to_all_single gives it (equal splits), in float64 and float32."""
     inputs = [
-        [torch.randn(p * k, generator=generator("cluster-a2a", p, k, r), dtype=torch.float64).to(dtype) for r in range(p)]
+        [
+            torch.randn(p * k, generator=generator("cluster-a2a", p, k, r), dtype=torch.float64).to(dtype)
+            for r in range(p)
+        ]
         for k, dtype in ((3, torch.float64), (1, torch.float64), (2, torch.float32))
     ]
     results = run_cases(submission, p, "hierarchical_alltoall_schedule", inputs)
@@ -116,20 +126,27 @@ def same_figures(got: dict, want: dict, cluster: Cluster, what: str) -> None:
     )
 
 
+def every_gpu(build):
+    return lambda c, nbytes: ((list(range(c.num_gpus)), nbytes), build(list(range(c.num_gpus)), nbytes))
+
+
+def whole_cluster(build):
+    return lambda c, nbytes: ((c, nbytes), build(c, nbytes))
+
+
+FIGURE_CASES = {
+    "ring_allreduce_schedule": every_gpu(reference.ring),
+    "hierarchical_allreduce_schedule": whole_cluster(reference.hierarchical),
+    "double_binary_tree_allreduce_schedule": every_gpu(reference.double_binary_tree),
+    "hierarchical_alltoall_schedule": whole_cluster(reference.hierarchical_alltoall),
+}
+
+
 @pytest.mark.points(6)
-@pytest.mark.parametrize(
-    ("name", "build"),
-    [
-        ("ring_allreduce_schedule", lambda c: ((list(range(c.num_gpus)), 3 << 20), reference.ring(list(range(c.num_gpus)), 3 << 20))),
-        ("hierarchical_allreduce_schedule", lambda c: ((c, 3 << 20), reference.hierarchical(c, 3 << 20))),
-        ("double_binary_tree_allreduce_schedule",
-         lambda c: ((list(range(c.num_gpus)), 3 << 20), reference.double_binary_tree(list(range(c.num_gpus)), 3 << 20))),
-        ("hierarchical_alltoall_schedule", lambda c: ((c, c.num_gpus << 10), reference.hierarchical_alltoall(c, c.num_gpus << 10))),
-    ],
-)  # fmt: skip
-def test_simulated_bytes_on_every_link_and_makespan_equal_the_docstrings_schedule(submission, name, build):
+@pytest.mark.parametrize("name", list(FIGURE_CASES))
+def test_simulated_bytes_on_every_link_and_makespan_equal_the_docstrings_schedule(submission, name):
     clusters = [c for c in CLUSTERS if name != "hierarchical_alltoall_schedule" or c.num_gpus <= 64]
-    cases = [build(c) for c in clusters]
+    cases = [FIGURE_CASES[name](c, c.num_gpus * 3 << 10) for c in clusters]
     got = schedules_of(submission, name, [args for args, _ in cases])
     for cluster, schedule, (_, want) in zip(clusters, got, cases):
         same_figures(schedule, want, cluster, f"{name} on {cluster.nodes} nodes of {cluster.gpus_per_node}")
@@ -139,19 +156,21 @@ def test_simulated_bytes_on_every_link_and_makespan_equal_the_docstrings_schedul
 def test_halving_doubling_simulated_bytes_and_makespan_equal_the_docstrings_schedule(submission):
     """Farthest partner first: on 2 nodes of 8 the first step sends N/2 through every NIC; a
     schedule that starts with the nearest partner sends N/16 there and fails."""
+    nbytes = 1 << 24
+    schedule = submission.function("recursive_halving_doubling_allreduce_schedule")(list(range(16)), nbytes)
+    nic = simulate(small_cluster(2, 8), schedule).link_bytes.get(("nic_out", 0, 0), 0.0)
+    assert nic == nbytes, (
+        f"16 GPUs on 2 nodes of 8: GPU 0's NIC sent {nic:.0f} bytes, expected N = {nbytes} (N/2 in the first halving "
+        f"step to the partner at distance p/2 = 8, N/2 back in the last doubling step): pair i with i XOR p/2^(k+1)"
+    )
     clusters = [c for c in CLUSTERS if not c.num_gpus & (c.num_gpus - 1)]
     got = schedules_of(submission, "recursive_halving_doubling_allreduce_schedule",
                        [(list(range(c.num_gpus)), 3 << 20) for c in clusters])  # fmt: skip
     for cluster, schedule in zip(clusters, got):
         want = reference.halving_doubling(list(range(cluster.num_gpus)), 3 << 20)
-        same_figures(schedule, want, cluster, f"recursive_halving_doubling_allreduce_schedule on {cluster.num_gpus} GPUs")
-    nbytes = 1 << 24
-    schedule = submission.function("recursive_halving_doubling_allreduce_schedule")(list(range(16)), nbytes)
-    nic = simulate(small_cluster(2, 8), schedule).link_bytes.get(("nic_out", 0, 0), 0.0)
-    assert nic == nbytes, (
-        f"16 GPUs on 2 nodes of 8: GPU 0's NIC sent {nic:.0f} bytes, expected N = {nbytes} (N/2 in the first halving step "
-        f"to the partner at distance p/2 = 8, N/2 back in the last doubling step): pair i with i XOR p/2^(k+1)"
-    )
+        same_figures(
+            schedule, want, cluster, f"recursive_halving_doubling_allreduce_schedule on {cluster.num_gpus} GPUs"
+        )
 
 
 @pytest.mark.points(6)
@@ -161,9 +180,10 @@ def test_hierarchical_sends_n_over_g_per_gpu_on_the_network_and_the_flat_ring_g_
     within a pod. The flat ring over the same cluster puts g times more bytes on its busiest NIC."""
     cluster = small_cluster(nodes, g) if nodes < 100 else Cluster.h100_cluster(nodes)
     nbytes = g * nodes * 3 << 10
-    hierarchical, flat = schedules_of(
-        submission, "hierarchical_allreduce_schedule", [(cluster, nbytes)]
-    )[0], submission.function("ring_allreduce_schedule")(list(range(cluster.num_gpus)), nbytes)
+    hierarchical, flat = (
+        schedules_of(submission, "hierarchical_allreduce_schedule", [(cluster, nbytes)])[0],
+        submission.function("ring_allreduce_schedule")(list(range(cluster.num_gpus)), nbytes),
+    )
     result = simulate(cluster, hierarchical)
     n = nodes
     for gpu in (0, cluster.num_gpus - 1):
@@ -201,7 +221,9 @@ def test_tree_latency_grows_with_log_p_and_the_ring_latency_with_p(submission):
         steps = 2 * (p.bit_length() - 1)
         ring_steps = sum(repeat for repeat, _ in ring["steps"])
         tree_steps = sum(repeat for repeat, _ in tree["steps"])
-        assert tree_steps == steps, f"double_binary_tree on {p} GPUs: {tree_steps} steps, expected 2 floor(log2 p) = {steps}"
+        assert tree_steps == steps, (
+            f"double_binary_tree on {p} GPUs: {tree_steps} steps, expected 2 floor(log2 p) = {steps}"
+        )
         assert ring_steps == 2 * (p - 1), f"ring on {p} GPUs: {ring_steps} steps, expected 2(p-1) = {2 * (p - 1)}"
         tree_time, ring_time = simulate(cluster, tree).makespan, simulate(cluster, ring).makespan
         alpha = cluster.nic_latency_s + 3 * cluster.switch_latency_s if p > 8 else cluster.nvlink_latency_s
@@ -217,14 +239,18 @@ def test_one_gpu_and_an_empty_buffer_need_no_transfer(submission):
     for name in ("ring_allreduce_schedule", "double_binary_tree_allreduce_schedule",
                  "recursive_halving_doubling_allreduce_schedule"):  # fmt: skip
         schedule = submission.function(name)([3], 64)
-        assert schedule["steps"] == [] and schedule["gpus"] == [3], f"{name}([3], 64): expected no steps, got {schedule}"
+        assert schedule["steps"] == [] and schedule["gpus"] == [3], (
+            f"{name}([3], 64): expected no steps, got {schedule}"
+        )
     one = small_cluster(1, 1)
     for name in ("hierarchical_allreduce_schedule", "hierarchical_alltoall_schedule"):
         schedule = submission.function(name)(one, 64)
         assert schedule["steps"] == [], f"{name} on one GPU: expected no steps, got {schedule['steps']}"
     single_node = small_cluster(1, 4)
     got = submission.function("hierarchical_allreduce_schedule")(single_node, 0)
-    assert simulate(single_node, got).bytes_by_class()["nic"] == 0, "one node: the hierarchical all-reduce never uses a NIC"
+    assert simulate(single_node, got).bytes_by_class()["nic"] == 0, (
+        "one node: the hierarchical all-reduce never uses a NIC"
+    )
 
 
 REFUSALS = [
