@@ -179,7 +179,7 @@ class Cluster:
         return int(_leaves(self, np.array([gpu]))[0])
 
     def path(self, src: int, dst: int) -> list[tuple]:
-        """The links a transfer from GPU src to GPU dst crosses (ScheduleError if none)."""
+        """The links a transfer from GPU src to GPU dst crosses, in order (ScheduleError if none)."""
         links, _, _ = _paths(self, np.array([src]), np.array([dst]))
         return [self._link_name(int(i)) for i in links[0] if i >= 0]
 
@@ -261,10 +261,10 @@ def _paths(cluster: Cluster, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarr
             f"on another node: a rail-only cluster joins only the same rail across nodes; go through NVLink first"
         )
     links = np.full((len(src), 4), -1, dtype=np.int64)
-    links[:, 0] = np.where(same_node, src, 2 * g + nic_src)
-    links[:, 1] = np.where(same_node, g + dst, 2 * g + nics + nic_dst)
-    links[:, 2] = np.where(spine, 2 * g + 2 * nics + leaf_src, -1)
-    links[:, 3] = np.where(spine, 2 * g + 2 * nics + leaves + leaf_dst, -1)
+    links[:, 0] = np.where(same_node, src, 2 * g + nic_src)  # in the order a byte crosses them
+    links[:, 1] = np.where(spine, 2 * g + 2 * nics + leaf_src, -1)
+    links[:, 2] = np.where(spine, 2 * g + 2 * nics + leaves + leaf_dst, -1)
+    links[:, 3] = np.where(same_node, g + dst, 2 * g + nics + nic_dst)
     latency = np.where(
         same_node,
         cluster.nvlink_latency_s,

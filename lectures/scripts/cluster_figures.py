@@ -2,7 +2,8 @@
 
     python lectures/scripts/cluster_figures.py [--out DIR]
 
-Writes cluster_topologies.png, cluster_link_loads.png and cluster_allreduce_time.png into DIR
+Writes cluster_topologies.png, cluster_link_loads.png, cluster_allreduce_time.png and
+cluster_alltoall_time.png into DIR
 (default: <repo>/lectures/figures) and prints the numbers the lecture quotes. Deterministic, no
 network, a few seconds (the 16,384-GPU simulations take about two of them).
 
@@ -60,7 +61,9 @@ def _merged_rings(groups: list[list[int]], nbytes: int) -> dict:
     """One schedule in which every group of `groups` (all of one size) runs its ring all-reduce
     at the same time: the rings' steps side by side."""
     rings = [_solution("schedules").ring_allreduce_schedule(group, nbytes) for group in groups]
-    steps = [(repeat, [t for ring in rings for t in ring["steps"][i][1]]) for i, (repeat, _) in enumerate(rings[0]["steps"])]
+    steps = [
+        (repeat, [t for ring in rings for t in ring["steps"][i][1]]) for i, (repeat, _) in enumerate(rings[0]["steps"])
+    ]
     gpus = [gpu for group in groups for gpu in group]
     return {"op": "all_reduce", "gpus": gpus, "nbytes": nbytes, "chunks": len(groups[0]), "steps": steps}
 
@@ -76,7 +79,13 @@ def topologies(out: Path) -> None:
     }
     for ax, topology in zip(axes, ("fat_tree", "rail", "rail_only")):
         cluster = Cluster(
-            nodes=4, gpus_per_node=8, nvlink_GBps=450.0, nics_per_node=8, nic_Gbps=400.0, topology=topology, leaf_down_ports=16
+            nodes=4,
+            gpus_per_node=8,
+            nvlink_GBps=450.0,
+            nics_per_node=8,
+            nic_Gbps=400.0,
+            topology=topology,
+            leaf_down_ports=16,
         )
         leaves = cluster.num_leaves
         width = 4 * 9 - 1
@@ -101,7 +110,9 @@ def topologies(out: Path) -> None:
             ax.text(x, 5.0, name, ha="center", va="center", fontsize=6.5)
         if topology != "rail_only":
             ax.add_patch(Rectangle((2, 7.2), width - 4, 0.9, facecolor="#eeeeee", edgecolor="black"))
-            ax.text(width / 2, 7.65, "spine (one non-blocking stage in the model)", ha="center", va="center", fontsize=7)
+            ax.text(
+                width / 2, 7.65, "spine (one non-blocking stage in the model)", ha="center", va="center", fontsize=7
+            )
             for x in leaf_x:
                 ax.plot([x, x], [5.4, 7.2], color="black", linewidth=0.8)
         ax.set(xlim=(-1, width + 1), ylim=(-1.1, 8.4))
@@ -145,11 +156,26 @@ def link_loads(out: Path) -> None:
             simulated = result.bytes_by_class()
             assert all(abs(found[c] - simulated[c]) <= 1e-9 * max(1.0, found[c]) for c in found), (found, simulated)
             for j, (link_class, value) in enumerate(found.items()):
-                ax.bar(i + (j - 1) * 0.26, value / nbytes, width=0.26, color=CLASS_COLOURS[link_class], label=link_class if i == 0 else None)
+                ax.bar(
+                    i + (j - 1) * 0.26,
+                    value / nbytes,
+                    width=0.26,
+                    color=CLASS_COLOURS[link_class],
+                    label=link_class if i == 0 else None,
+                )
                 top = max(top, value / nbytes)
-            ax.text(i, -0.16, f"{result.makespan * 1e3:.1f} ms", ha="center", va="top", fontsize=8, transform=ax.get_xaxis_transform())
+            ax.text(
+                i,
+                -0.16,
+                f"simulated {result.makespan * 1e3:.1f} ms",
+                ha="center",
+                va="top",
+                fontsize=8,
+                transform=ax.get_xaxis_transform(),
+            )
+            panel, case = title.split(":")[0], name.replace("\n", ", ")
             print(
-                f"{title[:14]}, {name.replace(chr(10), ', ')} ({topology}): "
+                f"{panel}, {case} ({topology}): "
                 + ", ".join(f"{c} {v / nbytes:g} N" for c, v in found.items())
                 + f"; simulated {result.makespan * 1e3:.2f} ms for N = 1 GiB, busiest link {result.busiest_link[0]}"
             )
@@ -162,23 +188,13 @@ def link_loads(out: Path) -> None:
     except ScheduleError as error:
         print(f"rail_only refuses the rail-crossing rings: {error}")
     fig.suptitle(
-        "Ring all-reduces on 64 DGX H100 nodes: where the bytes go (link_loads), and the simulated time for N = 1 GiB (below)",
+        "Ring all-reduces on 64 DGX H100 nodes: where the bytes go (link_loads), "
+        "and the simulated time for N = 1 GiB (below)",
         fontsize=10,
     )
     fig.tight_layout()
     fig.savefig(out / "cluster_link_loads.png", dpi=DPI)
     plt.close(fig)
-
-
-def _times(cluster: Cluster, algorithm: str, sizes: list[int]) -> list[float]:
-    """Simulated seconds of `algorithm` on every GPU of `cluster`, per size. makespan_for
-    rescales one simulation, but it replays every repetition of a step: the flat ring of
-    16,384 GPUs has 32,766, so the ring is simulated once per size instead (its repeated
-    steps are computed once)."""
-    if algorithm == "ring":
-        return [simulate(cluster, _schedule(algorithm, cluster, n)).makespan for n in sizes]
-    run = simulate(cluster, _schedule(algorithm, cluster, MIB))
-    return [run.makespan_for(n) for n in sizes]
 
 
 def allreduce_time(out: Path) -> None:
@@ -191,10 +207,17 @@ def allreduce_time(out: Path) -> None:
         cluster = Cluster.h100_cluster(nodes)
         p = cluster.num_gpus
         algorithms = [a for a in ALGORITHMS if a != "recursive_halving_doubling" or not p & (p - 1)]
-        times = {a: _times(cluster, a, sizes) for a in algorithms}
+        runs = {a: simulate(cluster, _schedule(a, cluster, MIB)) for a in algorithms}  # one simulation per schedule
+        times = {a: [runs[a].makespan_for(n) for n in sizes] for a in algorithms}
         for a in algorithms:
             ax.plot(sizes, times[a], color=COLOURS[a], label=LABELS[a])
-            ax.plot(sizes, [cost.predicted_time(a, n, cluster) for n in sizes], color=COLOURS[a], linestyle="--", linewidth=0.9)
+            ax.plot(
+                sizes,
+                [cost.predicted_time(a, n, cluster) for n in sizes],
+                color=COLOURS[a],
+                linestyle="--",
+                linewidth=0.9,
+            )
         picks = [cost.choose_algorithm("all_reduce", n, cluster) for n in sizes]
         ax.scatter(sizes, [times[a][i] for i, a in enumerate(picks)], s=14, color="black", zorder=3)
         ax.set(xscale="log", yscale="log", xlabel="bytes per GPU (N)", ylabel="seconds")
@@ -204,14 +227,27 @@ def allreduce_time(out: Path) -> None:
         best = [min(algorithms, key=lambda a: times[a][i]) for i in range(len(sizes))]
         changes = [f"{_size(n)}: {b}" for i, (n, b) in enumerate(zip(sizes, best)) if i == 0 or b != best[i - 1]]
         worst = max(times[a][i] / times[best[i]][i] for i, a in enumerate(picks))
-        model = max(max(cost.predicted_time(a, n, cluster) / t, t / cost.predicted_time(a, n, cluster)) for a in algorithms for n, t in zip(sizes, times[a]) if a != "double_binary_tree")
-        tree = max(cost.predicted_time("double_binary_tree", n, cluster) / t for n, t in zip(sizes, times["double_binary_tree"]))
+        model = max(
+            max(cost.predicted_time(a, n, cluster) / t, t / cost.predicted_time(a, n, cluster))
+            for a in algorithms
+            for n, t in zip(sizes, times[a])
+            if a != "double_binary_tree"
+        )
+        tree = max(
+            cost.predicted_time("double_binary_tree", n, cluster) / t
+            for n, t in zip(sizes, times["double_binary_tree"])
+        )
         print(
-            f"{p} GPUs: fastest simulated from " + "; ".join(changes) + f". choose_algorithm within {worst:.3f}x of it; "
+            f"{p} GPUs: fastest simulated from "
+            + "; ".join(changes)
+            + f". choose_algorithm within {worst:.3f}x of it; "
             f"model/simulator within {model:.2f}x (tree: model up to {tree:.2f}x the simulator)"
         )
         algbw, busbw = cost.bus_bandwidth("all_reduce", GIB, times["hierarchical"][-1], p)
-        print(f"    hierarchical 1 GiB: {times['hierarchical'][-1] * 1e3:.2f} ms, algbw {algbw:.0f} GB/s, busbw {busbw:.0f} GB/s")
+        print(
+            f"    hierarchical 1 GiB: {times['hierarchical'][-1] * 1e3:.2f} ms, "
+            f"algbw {algbw:.0f} GB/s, busbw {busbw:.0f} GB/s"
+        )
     legend = axes.flat[-1]
     legend.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
@@ -221,9 +257,54 @@ def allreduce_time(out: Path) -> None:
     ]
     labels += ["predicted_time (cost.py)", "choose_algorithm's pick"]
     legend.legend(handles, labels, loc="center", fontsize=9, title="solid: simulated (grader/models/cluster.py)")
-    fig.suptitle("All-reduce on DGX H100 nodes, rail-optimised 400 Gb/s fabric: simulated time and the two-level model", fontsize=10)
+    fig.suptitle(
+        "All-reduce on DGX H100 nodes, rail-optimised 400 Gb/s fabric: simulated time and the two-level model",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(out / "cluster_allreduce_time.png", dpi=DPI)
+    plt.close(fig)
+
+
+def alltoall_time(out: Path) -> None:
+    """Simulated all-to-all time against size: the given flat schedule against the hierarchical
+    one, on a rail-optimised cluster and on a 2:1 oversubscribed fat-tree."""
+    schedules = _solution("schedules")
+    sizes = [1 << k for k in range(10, 31, 2)]
+    fabrics = {"rail-optimised": ("rail", 1.0), "fat-tree, 2:1 oversubscribed": ("fat_tree", 2.0)}
+    styles = {"flat": "-", "hierarchical": "--"}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, nodes in zip(axes, (8, 32)):
+        for colour, (fabric, (topology, oversubscription)) in zip(("#4c72b0", "#c44e52"), fabrics.items()):
+            cluster = Cluster.h100_cluster(nodes, topology, oversubscription)
+            gpus = list(range(cluster.num_gpus))
+            runs = {
+                "flat": simulate(cluster, schedules.flat_alltoall_schedule(gpus, MIB)),
+                "hierarchical": simulate(cluster, schedules.hierarchical_alltoall_schedule(cluster, MIB)),
+            }
+            for name, run in runs.items():
+                seconds = [run.makespan_for(n) for n in sizes]
+                ax.plot(sizes, seconds, color=colour, linestyle=styles[name], label=f"{name}, {fabric}")
+                shown = ", ".join(
+                    f"{_size(n)} {t * 1e6:.1f} us"
+                    for n, t in zip(sizes, seconds)
+                    if n in (KIB, MIB, 16 * MIB, 256 * MIB)
+                )
+                print(
+                    f"all-to-all, {cluster.num_gpus} GPUs, {fabric}, {name}: {shown}; bytes by class per N = 1 MiB "
+                    + ", ".join(f"{c} {v / MIB:g} MiB" for c, v in run.bytes_by_class().items())
+                )
+        ax.set(xscale="log", yscale="log", xlabel="bytes each GPU sends (N)", ylabel="seconds")
+        ax.set_xticks([KIB, MIB, GIB], ["1 KiB", "1 MiB", "1 GiB"])
+        ax.grid(alpha=0.3)
+        ax.set_title(f"{nodes * 8} GPUs ({nodes} nodes of 8)", fontsize=9)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        "All-to-all on DGX H100 nodes: flat_alltoall_schedule against hierarchical_alltoall_schedule (simulated)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(out / "cluster_alltoall_time.png", dpi=DPI)
     plt.close(fig)
 
 
@@ -242,6 +323,7 @@ def main() -> None:
     topologies(out)
     link_loads(out)
     allreduce_time(out)
+    alltoall_time(out)
 
 
 if __name__ == "__main__":

@@ -105,8 +105,9 @@ def test_hierarchical_alltoall_run_on_real_ranks_equals_all_to_all_single(submis
 
 # --- replayed in the simulator --------------------------------------------------------------
 
-CLUSTERS = [small_cluster(1, 8), small_cluster(2, 2), small_cluster(3, 4), small_cluster(4, 8), small_cluster(16, 8),
-            small_cluster(5, 2, topology="fat_tree", leaf_down_ports=4), Cluster.h100_cluster(128)]  # fmt: skip
+CLUSTERS = [small_cluster(1, 2), small_cluster(2, 1), small_cluster(1, 8), small_cluster(2, 2), small_cluster(3, 4),
+            small_cluster(4, 8), small_cluster(16, 8), small_cluster(5, 2, topology="fat_tree", leaf_down_ports=4),
+            Cluster.h100_cluster(128)]  # fmt: skip
 
 
 def schedules_of(submission, name: str, cases: list[tuple]) -> list[dict]:
