@@ -20,9 +20,9 @@ def link_loads(cluster: Cluster, groups: list[list[int]], nbytes: int) -> dict[s
     every link of the class (a message counts once on every link of its cluster.path), equal to
     the simulator's Simulation.bytes_by_class() of those rings.
 
-    Use it to compare placements: data-parallel groups of one local rank across nodes put
-    nothing on the spine of a rail-optimised cluster, and a tensor-parallel group inside a node
-    puts everything on NVLink.
+    Use it to compare placements: data-parallel groups of one local rank across the nodes of a
+    pod put nothing on the spine of a rail-optimised cluster, and a tensor-parallel group inside
+    a node puts everything on NVLink.
     Raises ValueError when a GPU is not in the cluster or in two groups, and for nbytes < 0;
     a transfer the topology does not connect raises ScheduleError (a ValueError).
     """

@@ -145,17 +145,18 @@ def hierarchical_alltoall_schedule(cluster: Cluster, nbytes: int) -> dict:
 
     Per GPU: g - 1 messages over NVLink, then n - 1 over the network instead of P - 1 (fewer,
     larger messages: the message cost is paid n + g - 2 times instead of P - 1), and none
-    changes rail, so no spine hop and a rail-only cluster can run it. A step with nothing to
-    send (g = 1 or n = 1) is left out. Raises ValueError for a cluster that is not a Cluster or
-    nbytes that is not an integer >= 0.
+    changes rail: no spine hop within a pod, and a rail-only cluster can run it. A step with
+    nothing to send (g = 1 or n = 1) is left out.
+    Raises ValueError for a cluster that is not a Cluster or nbytes that is not an integer >= 0.
     """
     raise NotImplementedError("implement hierarchical_alltoall_schedule (lectures/13-the-cluster.md, section 8)")
 
 
-def allreduce_step(
+def collective_step(
     name: str, args: tuple, tensor: torch.Tensor, group: dist.ProcessGroup | None = None
 ) -> torch.Tensor:
     """Given (the grader calls it on every rank): build the schedule `name`(*args), a function
-    of this file, and run it on this rank's `tensor` with the given executor
-    (grader.models.cluster.run_schedule) in `group`; returns what the executor returns."""
+    of this file (an all-reduce or an all-to-all), and run it on this rank's `tensor` with the
+    given executor (grader.models.cluster.run_schedule) in `group`; returns what the executor
+    returns."""
     return run_schedule(globals()[name](*args), tensor, group)

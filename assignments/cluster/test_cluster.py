@@ -4,7 +4,7 @@
 
 Your functions run in worker processes, never inside pytest. Schedules come back as plain data
 and are replayed here by the course's flow-level simulator (grader.models.cluster.simulate: read
-it), which counts the bytes on every link and the makespan; allreduce_step runs a schedule for
+it), which counts the bytes on every link and the makespan; collective_step runs a schedule for
 real on a world of 4 gloo processes (2 "nodes" of 2) and is compared with dist.all_reduce. The
 hidden suite checks every schedule on 4 and 8 ranks for sizes that do and do not divide, the
 bytes per link class on clusters up to 1,024 GPUs, the latency terms, choose_algorithm against
@@ -53,7 +53,7 @@ def test_schedules_on_four_ranks_equal_dist_all_reduce(submission, library):
         ("double_binary_tree_allreduce_schedule", ([0, 1, 2, 3], 168)),
         ("recursive_halving_doubling_allreduce_schedule", ([0, 1, 2, 3], 168)),
     ):
-        result = submission.function("allreduce_step").spmd(4, [(name, args, t) for t in tensors])
+        result = submission.function("collective_step").spmd(4, [(name, args, t) for t in tensors])
         for rank, got in enumerate(result.outputs):
             assert_matches(
                 got,

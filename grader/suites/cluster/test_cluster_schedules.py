@@ -1,7 +1,7 @@
 """Hidden suite: the schedules, run for real and replayed in the simulator.
 
 Run for real: the given executor (grader.models.cluster.run_schedule, through the given
-allreduce_step) runs each schedule on worlds of 4 and 8 gloo ranks, two "nodes" of 2 or 4 GPUs,
+collective_step) runs each schedule on worlds of 4 and 8 gloo ranks, two "nodes" of 2 or 4 GPUs,
 and the result is compared with the library's collective on the same inputs
 (torch.distributed.all_reduce, torch.distributed.all_to_all_single), for sizes that divide into
 the chunks, sizes that do not, fewer elements than chunks, float64 and float32.
@@ -47,7 +47,7 @@ def run_cases(submission, p: int, name: str, inputs: list[list[torch.Tensor]]) -
     """Every case's per-rank results, in one world call (inputs[case][rank])."""
     args = ALLREDUCE[name](p) if name in ALLREDUCE else (WORLDS[p], 0)
     steps = [
-        [Step("allreduce_step", (name, (args[0], t.numel() * t.element_size()), t)) for t in case] for case in inputs
+        [Step("collective_step", (name, (args[0], t.numel() * t.element_size()), t)) for t in case] for case in inputs
     ]
     per_rank = submission.script_spmd(p, [[case[r] for case in steps] for r in range(p)]).steps
     return [[per_rank[r][i] for r in range(p)] for i in range(len(inputs))]
@@ -281,5 +281,5 @@ def test_the_executor_refuses_a_schedule_for_another_world(submission):
     """A schedule of 8 GPUs run on 4 ranks: ScheduleError (a ValueError) on every rank, not a hang."""
     schedule_args = (list(range(8)), 64)
     with pytest.raises(SubmissionError) as caught:
-        submission.function("allreduce_step").spmd(4, [("ring_allreduce_schedule", schedule_args, torch.ones(8))] * 4)
+        submission.function("collective_step").spmd(4, [("ring_allreduce_schedule", schedule_args, torch.ones(8))] * 4)
     assert caught.value.kind == "exception" and "ScheduleError" in caught.value.message, caught.value.message
