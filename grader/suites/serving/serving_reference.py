@@ -124,13 +124,15 @@ def chi_square(samples: torch.Tensor, distribution: dict[tuple[int, ...], float]
     return statistic, dof, p_value
 
 
-def scheduler_script(blocks: int, block_size: int, budget: int, events: list[tuple], measure: tuple = ()) -> list[Step]:
-    """Build the model and a Scheduler, play `events` (("add", id, prompt, max_new[, temperature,
-    seed]) through call_or_error, ("step",) or ("counts",) for model.counts()), then
-    model.counts(), trace_steps (measured
-    with the `measure` probes), run_until_done and model.counts() again."""
+def scheduler_script(
+    blocks: int, block_size: int, budget: int, events: list[tuple], measure: tuple = (), config: dict = CONFIG
+) -> list[Step]:
+    """Build the model (`config`, MODEL_SEED) and a Scheduler, play `events` (("add", id, prompt,
+    max_new[, temperature, seed]) through call_or_error, ("step",) or ("counts",) for
+    model.counts()), then model.counts(), trace_steps (measured with the `measure` probes),
+    run_until_done and model.counts() again."""
     steps = [
-        Step("build_model", (CONFIG, MODEL_SEED, "float64"), save_as="model", send_back=False),
+        Step("build_model", (config, MODEL_SEED, "float64"), save_as="model", send_back=False),
         Step("Scheduler", (Saved("model"), blocks, block_size, budget), save_as="scheduler", send_back=False),
     ]
     for event in events:

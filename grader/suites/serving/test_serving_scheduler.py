@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from grader.sandbox import Saved, Step
+from grader.sandbox import Saved, Step, SubmissionError
 from grader.suites.serving.serving_reference import CONFIG, MODEL_SEED, model, scheduler_script, sequential
 from grader.testing import expect_exception, generator
 
@@ -45,13 +45,15 @@ def too_large(prompt: list[int], new: int, blocks: int, block_size: int) -> bool
     return math.ceil((len(prompt) + new - 1) / block_size) > blocks
 
 
-def run_workload(submission, blocks: int, block_size: int, budget: int, events: list[tuple]) -> dict:
+def run_workload(
+    submission, blocks: int, block_size: int, budget: int, events: list[tuple], config: dict = CONFIG
+) -> dict:
     """Play the workload in one worker call and check it against sequential generation; return
     what was observed (the trace of steps, the outputs, the model's counters)."""
-    results = submission.script(scheduler_script(blocks, block_size, budget, events)).steps[0]
+    results = submission.script(scheduler_script(blocks, block_size, budget, events, config=config)).steps[0]
     where = f"(Scheduler(num_blocks={blocks}, block_size={block_size}, max_batch_tokens={budget}); {_shown(events)})"
     replies = iter(results[2:])
-    net, accepted, explicit_steps = model(), {}, []
+    net, accepted, explicit_steps = model(config=config), {}, []
     for event in events:
         reply = next(replies)
         if event[0] == "step":
@@ -115,6 +117,15 @@ def check_logits(net, accepted: dict, outputs: dict, logits: list, where: str) -
             )
 
 
+def computed_per_request(batches: list) -> dict:
+    """Tokens each request computed over the steps (the (request_id, tokens) entries of the batches)."""
+    computed: dict = {}
+    for batch in batches:
+        for request_id, n in batch:
+            computed[request_id] = computed.get(request_id, 0) + n
+    return computed
+
+
 @st.composite
 def workloads(draw: st.DrawFn) -> tuple[int, int, int, list[tuple]]:
     """Small caches and budgets; prompts that share prefixes of up to 9 tokens, and one block of
@@ -174,6 +185,52 @@ def test_prompts_longer_than_the_budget_are_prefilled_in_chunks_oldest_first(sub
         f"with max_batch_tokens=4 the steps should be {expected} (running requests first, oldest first, each "
         f"taking min(uncomputed tokens, budget left); then waiting ones), got {got}"
     )
+
+
+@pytest.mark.points(2)
+def test_each_running_request_gets_a_token_while_budget_is_left(submission):
+    """Budget 2, two requests of one prompt token and 3 new tokens: each step computes both (the
+    first takes 1 token, 1 is left for the second), not the first alone."""
+    events = [("add", 0, _tokens(1, "share-budget", 0), 3), ("add", 1, _tokens(1, "share-budget", 1), 3)]
+    seen = run_workload(submission, 8, 4, 2, events)
+    got = [[tuple(e) for e in batch] for batch in seen["batches"]]
+    expected = [[(0, 1), (1, 1)]] * 3
+    assert got == expected, (
+        f"with max_batch_tokens=2 and two requests of 1 prompt token and 3 new tokens the steps should be "
+        f"{expected}: every running request takes min(its uncomputed tokens, budget left) while budget is left "
+        f"(after the first request's 1 token, 1 is left for the second); got {got}"
+    )
+
+
+@pytest.mark.points(1)
+def test_a_budget_of_one_token_is_allowed_and_computes_one_token_per_step(submission):
+    """max_batch_tokens=1 is the smallest valid budget: a prompt of 3 tokens and 2 new tokens take
+    4 steps of one token (3 prompt chunks, then 1 decode)."""
+    prompt = _tokens(3, "budget-one")
+    steps = [
+        Step("build_model", (CONFIG, MODEL_SEED, "float64"), save_as="model", send_back=False),
+        Step("Scheduler", (Saved("model"), 4, 4, 1), save_as="scheduler", send_back=False),
+        Step("call_or_error", (Saved("scheduler"), "add_request", 0, prompt, 2)),
+        Step("trace_steps", (Saved("scheduler"), 100)),
+        Step("model.counts"),
+    ]
+    try:
+        added, trace, counts = submission.script(steps).steps[0][2:]
+    except SubmissionError as error:
+        if error.kind != "exception" or error.step != 1:
+            raise
+        raise AssertionError(
+            f"Scheduler(model, 4, 4, max_batch_tokens=1) raised {error.exception_type}: a budget of 1 token is "
+            f"valid (only max_batch_tokens < 1 is refused): {error.message}"
+        ) from None
+    assert added[0] == "ok", f"add_request(0, prompt of 3, max_new_tokens=2) raised {added[1]}: {added[2]}"
+    got, expected = [[tuple(e) for e in batch] for batch in trace], [[(0, 1)]] * 4
+    assert got == expected, (
+        f"with max_batch_tokens=1 a prompt of 3 tokens and 2 new tokens should take the steps {expected} "
+        f"(each step min(uncomputed tokens, budget left) = 1 token; the last decode is the 4th), got {got}"
+    )
+    net = model()
+    check_logits(net, {0: ("add", 0, prompt, 2)}, {0: sequential(net, prompt, 1)}, counts["logits"], "(budget 1)")
 
 
 @pytest.mark.points(3)
@@ -238,6 +295,19 @@ def test_sampled_requests_use_their_own_seeded_generator(submission):
     run_workload(submission, 12, 2, 5, events)
 
 
+FLAT_CONFIG = {**CONFIG, "d_model": 4, "num_heads": 1, "num_kv_heads": 1}  # flat logits: sum p^2 about 0.15 at T=1
+
+
+@pytest.mark.points(2)
+def test_sampling_at_temperature_one_and_below_uses_the_seeded_generator(submission):
+    """Every temperature > 0 samples with the request's own torch.Generator().manual_seed(seed),
+    also T = 1 and T = 0.5. The course's model is so sure of itself at T <= 1 that any draw gives
+    its argmax, so this runs a TinyGPT of d_model 4 (flat logits): there another generator (or
+    torch's global one) gives other tokens."""
+    events = [("add", 0, _tokens(4, "flat", 0), 10, 1.0, 7), ("add", 1, _tokens(5, "flat", 1), 10, 0.5, 8)]
+    run_workload(submission, 16, 4, 16, events, config=FLAT_CONFIG)
+
+
 @pytest.mark.points(4)
 def test_bad_requests_are_refused_and_the_others_served(submission):
     """A request larger than the whole cache, an id added before (also once finished), an empty
@@ -260,6 +330,39 @@ def test_bad_requests_are_refused_and_the_others_served(submission):
         f"after refusing the bad requests, run_until_done should serve a, b and c as if alone: expected "
         f"{expected}, got {outputs}"
     )
+
+
+@pytest.mark.points(2)
+def test_a_request_that_fills_the_whole_cache_is_served_and_one_position_more_is_refused(submission):
+    """6 blocks of 4 positions (24). Prompt 20 with 5 new tokens needs ceil((20 + 5 - 1) / 4) = 6
+    blocks (the last new token is never computed): accepted and served as if alone. Prompt 20
+    with 6 new tokens (25 positions) and prompt 25 with 1 (25) need 7: refused. The refusals
+    come after the served request has finished, so that a request accepted by mistake is never run."""
+    fits, longer = _tokens(20, "whole-cache"), _tokens(25, "whole-cache")
+    steps = [
+        Step("build_model", (CONFIG, MODEL_SEED, "float64"), save_as="model", send_back=False),
+        Step("Scheduler", (Saved("model"), 6, 4, 32), save_as="scheduler", send_back=False),
+        Step("call_or_error", (Saved("scheduler"), "add_request", "fits", fits, 5)),
+        Step("trace_steps", (Saved("scheduler"),)),
+        Step("scheduler.run_until_done"),
+        Step("call_or_error", (Saved("scheduler"), "add_request", "new-too-many", fits, 6)),
+        Step("call_or_error", (Saved("scheduler"), "add_request", "prompt-too-long", longer, 1)),
+    ]
+    added, trace, outputs, *refusals = submission.script(steps).steps[0][2:]
+    assert added[0] == "ok", (
+        f"add_request('fits', prompt of 20, max_new_tokens=5) in 6 blocks of 4 raised {added[1]}: {added[2]}; it "
+        f"needs ceil((20 + 5 - 1) / 4) = 6 blocks, the whole cache, which is allowed (only > num_blocks is refused)"
+    )
+    expected = sequential(model(), fits, 5)
+    assert list(outputs["fits"]) == expected, (
+        f"the request that fills the whole cache generated {list(outputs['fits'])}, alone it generates {expected} "
+        f"(trace {[list(batch) for batch in trace]})"
+    )
+    for (length, new), reply in zip([(20, 6), (25, 1)], refusals):
+        assert tuple(reply[:2]) == ("error", "ValueError"), (
+            f"add_request(prompt of {length}, max_new_tokens={new}) in 6 blocks of 4 positions should raise "
+            f"ValueError: it needs ceil(({length} + {new} - 1) / 4) = 7 blocks, more than the whole cache; got {reply}"
+        )
 
 
 @pytest.mark.points(2)
@@ -307,4 +410,44 @@ def test_a_block_is_reused_only_after_the_same_prefix(submission):
     assert seen["counts"]["tokens_computed"] == 2 * (9 + 2), (
         f"{seen['counts']['tokens_computed']} tokens computed; no block of request 1 follows the same prefix as in "
         f"request 0, so both compute 9 + 2 tokens: key a block by (key of the block before it, its tokens)"
+    )
+
+
+@pytest.mark.points(2)
+def test_a_prompt_one_token_past_cached_blocks_adopts_all_of_them(submission):
+    """Block size 4: request 0 is X + Y + [1] and caches X and Y; request 1 is X + Y + [2] (9
+    tokens): (9 - 1) // 4 = 2 blocks may be adopted, both match, so it computes its last prompt
+    token and 1 decode token: 2 tokens. Y's key is (X's key, Y's own 4 tokens), whatever follows."""
+    x, y = _tokens(4, "extend-x"), _tokens(4, "extend-y")
+    seen = run_workload(
+        submission, 8, 4, 16, [("add", 0, [*x, *y, 1], 2), ("step",), ("step",), ("add", 1, [*x, *y, 2], 2)]
+    )
+    computed = computed_per_request(seen["batches"])
+    assert computed.get(1) == 2, (
+        f"request 1 (X + Y + 1 token, X and Y cached by request 0) computed {computed.get(1)} tokens; it adopts "
+        f"(9 - 1) // 4 = 2 blocks and computes 1 prompt token and 1 decode token: 2. Key a block by (key of the "
+        f"block before it, the tuple of its own block_size tokens) and adopt up to (len(tokens) - 1) // block_size"
+    )
+
+
+@pytest.mark.points(3)
+def test_eviction_releases_the_least_recently_used_block_and_a_chains_tail_first(submission):
+    """6 blocks of 4. a1 = A + [1] caches A's 2 blocks, b1 = B + [2] caches B's, a2 = A + [3]
+    adopts A's (a use: A is now more recent than B). 4 blocks cached, 2 free; `big` (10 tokens)
+    needs 3: one cached block is released, the least recently used, B's second (of blocks used
+    together, the later one of the chain first). So a3 = A + [4] adopts both of A's blocks (2
+    tokens computed), b2 = B + [5] adopts B's first block (6 tokens: 5 prompt, 1 decode)."""
+    a, b = _tokens(8, "lru-exact-a"), _tokens(8, "lru-exact-b")
+    two_steps = [("step",), ("step",)]
+    events = [("add", "a1", [*a, 1], 2), *two_steps, ("add", "b1", [*b, 2], 2), *two_steps]
+    events += [("add", "a2", [*a, 3], 2), *two_steps, ("add", "big", _tokens(10, "lru-exact-big"), 2), *two_steps]
+    events += [("add", "a3", [*a, 4], 2), *two_steps, ("add", "b2", [*b, 5], 2)]
+    seen = run_workload(submission, 6, 4, 16, events)
+    computed = computed_per_request(seen["batches"])
+    expected = {"a1": 10, "b1": 10, "a2": 2, "big": 11, "a3": 2, "b2": 6}
+    assert computed == expected, (
+        f"tokens computed per request {computed}, expected {expected}: big needs 3 blocks with 2 free, so one "
+        f"cached block is released, the least recently used (used: cached or adopted; A's blocks were adopted by "
+        f"a2 after B's were cached), and of B's chain the later block first; a3 then adopts A's 2 blocks and b2 "
+        f"B's first block"
     )

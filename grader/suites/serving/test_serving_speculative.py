@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.sandbox import Saved, Step
+from grader.sandbox import Saved, Step, SubmissionError
 from grader.suites.serving.serving_reference import CONFIG, chi_square, exact_distribution, model, sequential
 from grader.testing import expect_exception, generator
 
@@ -149,6 +149,81 @@ def test_each_step_drafts_at_most_the_tokens_still_to_generate(submission):
         f"(target calls, draft calls, tokens) = {got}, expected (2, 6, 7): k = min(gamma, tokens still to "
         f"generate) drafts per step, one target call each step, the bonus token past max_new_tokens dropped"
     )
+
+
+CYCLE = [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]  # deterministic: token t is followed by t + 1 (mod 3)
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize(
+    ("gamma", "new", "calls"),
+    [(4, 10, (2, 8)), (4, 1, (1, 1)), (1, 3, (2, 2))],
+    ids=["gamma4-10-tokens", "one-new-token", "gamma1"],
+)
+def test_a_draft_equal_to_a_deterministic_target_is_always_accepted(submission, gamma, new, calls):
+    """Target and draft both follow token t with t + 1 (mod 3), probability 1: every drafted token
+    has p(x) = q(x) = 1 and is accepted whatever the draw, so the tokens are 1, 2, 0, ... and each
+    step yields k drafts + 1 bonus with ONE target call. max_new_tokens = 1 is allowed (k = 1)."""
+    steps = _bigrams(CYCLE, CYCLE)
+    steps.append(Step("count_target_calls", (Saved("target"), Saved("draft"), torch.tensor([0]), gamma, new, 5)))
+    try:
+        result = submission.script(steps).steps[0][-1]
+    except SubmissionError as error:
+        if error.kind != "exception" or new != 1:
+            raise
+        raise AssertionError(
+            f"speculative_generate(..., gamma={gamma}, max_new_tokens=1) raised {error.exception_type}: one new "
+            f"token is allowed (only max_new_tokens < 1 is refused): {error.message}"
+        ) from None
+    tokens = torch.as_tensor(result["tokens"]).tolist()
+    expected = [(t + 1) % 3 for t in range(new)]
+    got = (tokens, result["target_calls"], result["draft_calls"])
+    assert got == (expected, *calls), (
+        f"(tokens, target calls, draft calls) = {got}, expected {(expected, *calls)} for gamma {gamma}, "
+        f"{new} tokens and a draft equal to a deterministic target: q = softmax of the draft's logits at the "
+        f"LAST position (the drafted token's own context), accepted with probability min(1, p(x) / q(x)) = 1, "
+        f"k = min(gamma, tokens still to generate) drafts and one target call per step"
+    )
+
+
+@pytest.mark.points(2)
+def test_greedy_rejection_emits_the_targets_argmax(submission):
+    """Greedy (generator None), bigram models on 3 tokens: the target's row t is 0.5 / 0.3 / 0.2 on
+    t + 1, t + 2, t (argmax t + 1), the draft's 0.4 / 0.1 / 0.5 (argmax t). Every draft is
+    rejected and replaced by the target's argmax t + 1; the residual max(0, p - q) would give t + 2."""
+    target = [[0.2, 0.5, 0.3], [0.3, 0.2, 0.5], [0.5, 0.3, 0.2]]
+    draft = [[0.5, 0.4, 0.1], [0.1, 0.5, 0.4], [0.4, 0.1, 0.5]]
+    steps = [
+        *_bigrams(target, draft),
+        Step("speculative_generate", (Saved("target"), Saved("draft"), torch.tensor([0]), 3, 6)),
+    ]
+    got = torch.as_tensor(submission.script(steps).steps[0][-1]).tolist()
+    assert got == [1, 2, 0, 1, 2, 0], (
+        f"greedy speculative decoding gave {got}; the target alone, greedy, gives [1, 2, 0, 1, 2, 0]. The draft's "
+        f"argmax never is the target's: replace the first rejected draft by the target's argmax (not by the argmax "
+        f"of max(0, p - q))"
+    )
+
+
+@pytest.mark.points(2)
+def test_a_rejected_draft_is_replaced_by_a_draw_from_the_residual(submission):
+    """Target 0.5 / 0.5 / 0 on tokens 0 / 1 / 2 after every token, a draft that always proposes 1:
+    accepted with probability 0.5, and on rejection the residual max(0, p - q) = (0.5, 0, 0) gives 0.
+    gamma 1, 2 tokens, 40 seeds: a run of 1 target call starts with the accepted 1, a run of 2
+    starts with the 0 that replaced the rejected 1, and token 2 (p = 0) never appears."""
+    target, draft = [[0.5, 0.5, 0.0]] * 3, [[0.0, 1.0, 0.0]] * 3
+    steps = _bigrams(target, draft)
+    steps += [
+        Step("count_target_calls", (Saved("target"), Saved("draft"), torch.tensor([0]), 1, 2, s)) for s in range(40)
+    ]
+    for seed, result in enumerate(submission.script(steps).steps[0][2:]):
+        tokens, calls = torch.as_tensor(result["tokens"]).tolist(), result["target_calls"]
+        first = {1: 1, 2: 0}.get(calls)
+        assert first is not None and tokens[0] == first and set(tokens) <= {0, 1}, (
+            f"seed {seed}: tokens {tokens} with {calls} target calls; with gamma 1 and 2 tokens a run takes 1 call "
+            f"(the drafted 1 accepted, then the bonus) or 2 (the 1 rejected and replaced by a draw from "
+            f"max(0, p - q) normalised = (1, 0, 0): token 0), and token 2 has p = 0"
+        )
 
 
 @pytest.mark.points(2)
