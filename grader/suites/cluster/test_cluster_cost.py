@@ -40,7 +40,7 @@ OPS = {
 @pytest.mark.points(5)
 def test_bus_bandwidth_follows_nccl_tests_for_every_operation(submission):
     cases = [(op, nbytes, seconds, n) for op in OPS for nbytes, seconds, n in
-             ((1 << 30, 0.004, 8), (8 << 30, 0.0371, 16), (12345, 3e-5, 3), (4096, 1e-5, 1))]  # fmt: skip
+             ((1 << 30, 0.004, 8), (8 << 30, 0.0371, 16), (12345, 3e-5, 3), (4096, 1e-5, 1), (0, 1e-3, 8))]  # fmt: skip
     got = submission.script([Step("bus_bandwidth", case) for case in cases]).steps[0]
     for (op, nbytes, seconds, n), answer in zip(cases, got):
         algbw = nbytes / seconds / 1e9
