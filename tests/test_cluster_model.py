@@ -132,6 +132,8 @@ def test_all_to_all_blocks_are_n_over_p():
         (schedule([(1, [(0, 1, 1, 1, "copy")])], [0, 1], 8, 2), "chunks 1..0"),
         (schedule([(2, [(0, 1, 0, 1, "copy")])], [0, 1], 8, 1), "receives 0 of its transfers"),
         (schedule([(1, [(0, 4, 0, 1, "copy")])], [0, 4], 8, 1), "the cluster has 4"),
+        (schedule([(10**9, [(0, 1, 0, 1, "copy"), (1, 0, 1, 3, "copy")])], [0, 1], 8, 3), "different sizes"),
+        (schedule([(1, [(0, 1, 0, 1, "copy")] * 5_000_001)] * 2, [0, 1], 8, 1), "more than 10,000,000"),
     ],
 )
 def test_a_malformed_schedule_is_refused_with_what_is_wrong(bad, message):
