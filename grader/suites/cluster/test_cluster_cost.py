@@ -68,6 +68,7 @@ CLUSTERS = [
     Cluster(nodes=4, gpus_per_node=4, nvlink_GBps=100.0, nics_per_node=2, nic_Gbps=200.0, nic_latency_s=7e-6,
             switch_latency_s=1e-6, message_s=2e-6, nvlink_latency_s=3e-6),
     Cluster(nodes=1, gpus_per_node=1, nvlink_GBps=300.0, nics_per_node=1, nic_Gbps=100.0),
+    Cluster(nodes=2, gpus_per_node=3, nvlink_GBps=300.0, nics_per_node=1, nic_Gbps=0.1),  # 1/3 of a NIC each
     Cluster(nodes=1, gpus_per_node=6, nvlink_GBps=300.0, nics_per_node=1, nic_Gbps=100.0),
 ]  # fmt: skip
 SIZES = [0, 1000, 1 << 20, 3 << 30]
@@ -77,7 +78,8 @@ SIZES = [0, 1000, 1 << 20, 3 << 30]
 @pytest.mark.parametrize("algorithm", reference.ALGORITHMS)
 def test_predicted_time_is_the_two_level_alpha_beta_model(submission, algorithm):
     """Each term on its own: clusters with and without a network, latencies and bandwidths that
-    differ (a node of 4 GPUs sharing 2 NICs), one GPU (0 s), every size from 0 to 3 GiB."""
+    differ (a node of 4 GPUs sharing 2 NICs, of 3 sharing a slow one: a share that is no whole
+    number of bytes per second), one GPU (0 s), every size from 0 to 3 GiB."""
     clusters = [c for c in CLUSTERS if algorithm != "recursive_halving_doubling" or not c.num_gpus & (c.num_gpus - 1)]
     cases = [(algorithm, n, c) for c in clusters for n in SIZES]
     got = submission.script([Step("predicted_time", case) for case in cases]).steps[0]

@@ -42,6 +42,7 @@ CASES = [
     ("tensor-parallel across nodes", RAIL, tensor_parallel(RAIL, 8, False), 1 << 24),
     ("tensor-parallel across nodes on a fat-tree", FAT_TREE, tensor_parallel(FAT_TREE, 4, False), 1 << 24),
     ("groups of one and of three, out of order", RAIL, [[5], [9, 2, 40], [63, 0]], 999),
+    ("an empty buffer", RAIL, data_parallel(RAIL), 0),
 ]
 
 
@@ -82,6 +83,8 @@ def test_rails_keep_data_parallel_traffic_off_the_spine_and_tensor_parallel_insi
 
 REFUSALS = [
     ((RAIL, [[0, 64]], 1024), "a GPU the cluster lacks"),
+    ((RAIL, [[64]], 1024), "a lone GPU one past the last"),
+    ((RAIL, [[-1]], 1024), "a lone negative GPU id"),
     ((RAIL, [[0, 1], [1, 2]], 1024), "a GPU in two groups"),
     ((RAIL, [[0, 1]], -1), "nbytes < 0"),
     (
