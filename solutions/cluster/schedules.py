@@ -45,13 +45,13 @@ def _check_cluster(cluster: Cluster) -> None:
 def flat_alltoall_schedule(ranks: list[int], nbytes: int) -> dict:
     """Given (an example of the format): all-to-all in one step, every GPU sending each other
     GPU its block directly: P - 1 messages per GPU, nbytes / P bytes each."""
-    ranks = _check_ranks(ranks)
     _check_nbytes(nbytes)
-    p = len(ranks)
-    transfers = [(ranks[s], ranks[d], s * p + d, s * p + d + 1, "copy") for s in range(p) for d in range(p) if s != d]
+    gpus = _check_ranks(ranks)
+    p = len(gpus)
+    transfers = [(gpus[s], gpus[d], s * p + d, s * p + d + 1, "copy") for s in range(p) for d in range(p) if s != d]
     return {
         "op": "all_to_all",
-        "gpus": ranks,
+        "gpus": gpus,
         "nbytes": nbytes,
         "chunks": p * p,
         "steps": [(1, transfers)] if transfers else [],
