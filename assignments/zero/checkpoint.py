@@ -49,10 +49,20 @@ def saved_bytes_and_grads(
     segments is None), then backward of y.sum().
 
     Counts the bytes of the tensors autograd saves for backward during the forward (through
-    torch.autograd.graph.saved_tensors_hooks; each storage once, parameters excluded).
-    Returns {"saved_bytes", "y", "x_grad", "grads": [gradient of each parameter]}.
+    torch.autograd.graph.saved_tensors_hooks; each storage once, parameters excluded), and
+    records the index of each block run with gradients on during the backward (the recomputed
+    groups, last group first). Returns {"saved_bytes", "y", "x_grad", "grads": [gradient of each
+    parameter], "recomputed": [block indices]}.
     """
     blocks = make_blocks(num_blocks, width, seed)
+    recomputed: list[int] = []
+    in_backward = [False]
+    for index, block in enumerate(blocks):
+        block.register_forward_hook(
+            lambda module, args, out, index=index: (
+                recomputed.append(index) if in_backward[0] and torch.is_grad_enabled() else None
+            )
+        )
     params = [p for block in blocks for p in block.parameters()]
     param_storages = {p.untyped_storage().data_ptr() for p in params}
     seen: dict[int, int] = {}
@@ -71,5 +81,13 @@ def saved_bytes_and_grads(
                 y = block(y)
         else:
             y = checkpointed_forward(blocks, x, segments)
+    in_backward[0] = True
     y.sum().backward()
-    return {"saved_bytes": sum(seen.values()), "y": y.detach(), "x_grad": x.grad, "grads": [p.grad for p in params]}
+    grads = [p.grad for p in params]
+    return {
+        "saved_bytes": sum(seen.values()),
+        "y": y.detach(),
+        "x_grad": x.grad,
+        "grads": grads,
+        "recomputed": recomputed,
+    }

@@ -201,6 +201,29 @@ def test_paged_cache_running_out_of_blocks_raises_and_changes_nothing(submission
     run_program(submission, _with_data(program, "out-of-blocks"))
 
 
+@pytest.mark.points(2)
+def test_paged_cache_keeps_one_length_per_layer_when_layers_outnumber_blocks_and_head_dim(submission):
+    """4 layers in a pool of 2 blocks of head_dim 2: each layer of a sequence keeps its own length
+    (num_layers of them), so the last layer appends and gathers like the first."""
+    gen = generator("paged-many-layers")
+    k = torch.randn(4, 4, 1, 2, generator=gen)
+    v = torch.randn(4, 4, 1, 2, generator=gen)
+    steps = [Step("PagedKVCache", (2, 4, 4, 1, 2), save_as="cache", send_back=False)]
+    steps += [Step("cache.add_sequence", (0,))]
+    steps += [Step("cache.append", (0, layer, k[layer][: layer + 1], v[layer][: layer + 1])) for layer in (3, 0)]
+    steps += [Step("cache.gather", (0, layer)) for layer in (3, 0)]
+    last, first = submission.script(steps).steps[0][-2:]
+    for layer, (keys, values) in ((3, last), (0, first)):
+        n = layer + 1
+        problem = describe_difference(keys, k[layer][:n], f"gather(0, {layer}) keys") or describe_difference(
+            values, v[layer][:n], f"gather(0, {layer}) values"
+        )
+        assert problem is None, (
+            f"{problem}: PagedKVCache(num_blocks=2, block_size=4, num_layers=4, num_kv_heads=1, head_dim=2), "
+            f"{n} position(s) appended to layer {layer}: every layer keeps its own length"
+        )
+
+
 @pytest.mark.points(15)
 def test_paged_cache_matches_a_dictionary_model_under_random_programs(submission):
     """Hypothesis draws programs of add/append/fork/free (with invalid ones among them); each

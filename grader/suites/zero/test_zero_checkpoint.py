@@ -37,6 +37,37 @@ def test_checkpointed_forward_gives_the_plain_forwards_output_and_gradients(subm
         assert_matches(g, want, f"{where}: gradient of parameter {i} (block {i // 2})", *TOL)
 
 
+def recomputed_groups(order: list[int]) -> list[list[int]]:
+    """Block indices recomputed in backward, cut into runs of consecutive blocks (one per group)."""
+    groups: list[list[int]] = []
+    for index in order:
+        if groups and index == groups[-1][-1] + 1:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return groups
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize(("num_blocks", "segments"), [(7, 3), (10, 4), (9, 3), (5, 1), (4, 4)])
+def test_checkpointed_forward_recomputes_segments_groups_of_nearly_equal_size(submission, num_blocks, segments):
+    """Backward reruns each group once, the last group first: its blocks, in order, are the
+    groups. Exactly `segments` of them, covering every block once, sizes differing by at most one
+    (7 blocks in 3: 2, 3, 2 or 3, 2, 2; never one group of 7 and two empty ones)."""
+    x = torch.randn(ROWS, WIDTH, generator=generator("ckpt-groups", num_blocks, segments), dtype=torch.float64)
+    order = run(submission, num_blocks, segments, x)["recomputed"]
+    groups = recomputed_groups(order)
+    sizes = [len(g) for g in groups]
+    where = f"{num_blocks} blocks in {segments} segments"
+    assert sorted(order) == list(range(num_blocks)), (
+        f"{where}: backward recomputed blocks {order}; every block once expected (each group reruns its blocks once)"
+    )
+    assert len(groups) == segments and max(sizes) - min(sizes) <= 1, (
+        f"{where}: backward recomputed groups {groups} (sizes {sizes}); expected {segments} consecutive groups of "
+        f"{num_blocks // segments} or {-(-num_blocks // segments)} blocks"
+    )
+
+
 @pytest.mark.points(2)
 def test_checkpointed_forward_rejects_more_segments_than_blocks(submission):
     steps = [
