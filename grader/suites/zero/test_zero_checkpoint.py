@@ -1,6 +1,7 @@
 """Hidden suite: activation checkpointing. Gradients against the plain forward run in the same
 worker (autograd on the same blocks); saved bytes counted by the given saved_bytes_and_grads
-(torch.autograd.graph.saved_tensors_hooks during the forward, parameters excluded)."""
+(torch.autograd.graph.saved_tensors_hooks during the forward, parameters excluded), which also
+records the blocks backward recomputes, so that the groups themselves are seen."""
 
 from __future__ import annotations
 
