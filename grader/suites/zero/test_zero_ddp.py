@@ -130,7 +130,11 @@ def test_ddp_matches_torch_distributed_data_parallel(submission, library):
 
 
 PLAIN_BYTES = 816 * 8  # the plain MLP's 816 gradients in float64: 6528 bytes
-EXACT_CAPS = [(PLAIN_BYTES, "exactly-the-gradients"), (PLAIN_BYTES - 8, "one-gradient-short")]
+EXACT_CAPS = [
+    (PLAIN_BYTES, "exactly-the-gradients"),
+    (PLAIN_BYTES - 8, "one-gradient-short"),
+    (4223, "a-byte-under-two-weight-and-bias-pairs"),  # 3 buckets: 2304, 2176 and 2048 bytes
+]
 
 
 @pytest.mark.points(1)
@@ -139,7 +143,8 @@ def test_ddp_bucket_filled_exactly_to_the_cap_stays_one_bucket(submission, cap_b
     """ "A bucket is closed when adding the next parameter would EXCEED the cap", and the cap is
     bucket_cap_mb * 2**20 bytes: a cap of exactly the plain MLP's float64 gradients holds them
     all (one all_reduce per step); one gradient less splits them as the rule says (2**20, not
-    10**6 nor 2**21, bytes per MB)."""
+    10**6 nor 2**21, bytes per MB). A cap of 4,223 bytes gives 3 buckets, counted from 0 each
+    time one opens: a count carried over from the last bucket gives 4, one started at -1 gives 2."""
     cap_mb = cap_bytes / 2**20  # exact in binary
     buckets = len(greedy_buckets("plain", cap_mb / 2))  # greedy_buckets counts float32 (4-byte) gradients
     got, expected = run_ddp(submission, 2, "plain", "sgd", 0.05, cap_mb=cap_mb)
