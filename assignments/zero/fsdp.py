@@ -151,7 +151,8 @@ def train_fsdp(
       (while it runs: its gathered parameters are there), minus the plain model's;
     - "after_backward_bytes": live bytes once loss.backward() has returned;
     and "shards": each layer's final flat_shard, by layer name; "grads": each layer's
-    flat_shard.grad after the first backward.
+    flat_shard.grad after the first backward; "returned_the_model": whether fully_shard
+    returned the model it was given.
     """
     width, dtype = inputs.shape[-1], inputs.dtype
     model = make_model(variant, width).to(dtype)
@@ -162,7 +163,7 @@ def train_fsdp(
     # Only what is given is passed: a fully_shard written before mixed precision or groups works too.
     given = {"compute_dtype": compute_dtype, "group": group}
     with tracker:
-        fully_shard(model, **{name: value for name, value in given.items() if value is not None})
+        returned = fully_shard(model, **{name: value for name, value in given.items() if value is not None})
     if optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     else:
@@ -187,6 +188,7 @@ def train_fsdp(
         opt.step()
     return {
         "shards": {name: layer.flat_shard.detach().clone() for name, layer in model.named_children()},
+        "returned_the_model": returned is model,
         "grads": grads,
         "resident_bytes": resident,
         "layer_peak_bytes": peaks,

@@ -115,6 +115,16 @@ def test_fully_shard_training_matches_one_process(submission, world_size, varian
         )
 
 
+@pytest.mark.points(1)
+def test_fully_shard_returns_the_model_it_sharded_in_place(submission):
+    """Docstring: "in place, and return `model`" (the same object, not a copy or None)."""
+    got, _ = run_fsdp(submission, *CASES[0])
+    returned = [rank["returned_the_model"] for rank in got]
+    assert all(returned), (
+        f"fully_shard(model) returned model itself on ranks {returned}: return `model`, sharded in place"
+    )
+
+
 @pytest.mark.perf
 @pytest.mark.points(8)
 @pytest.mark.parametrize(
