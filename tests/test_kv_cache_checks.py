@@ -56,7 +56,9 @@ def test_recomputing_every_step_is_correct_but_fails_flops_and_time(tmp_path):
     ("variant", "message"),
     [
         ("no_copy_on_write", "num_free_blocks()"),  # the copy it did not take is still free
-        ("free_leaks_blocks", "num_free_blocks()"),
+        # a leak shows in the free count, or (freeing a shared sequence) as a later copy-on-write
+        # that runs out of blocks: which comes first depends on the drawn program
+        ("free_leaks_blocks", "num_free_blocks()|should succeed, got RuntimeError"),
         ("partial_append_on_error", "num_free_blocks()"),
     ],
 )
@@ -65,7 +67,7 @@ def test_random_programs_catch_a_broken_paged_cache(tmp_path, variant, message):
     tests = by_name(grade_json(submission, "kv_cache", "--select", "random_programs", out=tmp_path / "r.json"))
     test = tests[RANDOM_PROGRAMS]
     assert test["status"] == "failed", variant
-    assert message in test["output"] and "after operation" in test["output"], test["output"]
+    assert any(m in test["output"] for m in message.split("|")) and "after operation" in test["output"], test["output"]
 
 
 PAGED_OPS = "test_paged_decode_attention_does_not_loop_over_sequences"

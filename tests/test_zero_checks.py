@@ -64,7 +64,12 @@ def test_reference_optimizer_state_is_sharded_like_torch_zero_redundancy_optimiz
 
 def test_plain_forward_is_correct_but_fails_the_saved_bytes_bound(tmp_path):
     tests = grade(tmp_path, "no_checkpointing", "checkpointed_forward or segment_boundaries")
-    assert_only_failing(tests, SAVED, "test_checkpointed_forward_matches_the_plain_forward_and_saves_less")
+    assert_only_failing(
+        tests,
+        SAVED,
+        "test_checkpointed_forward_matches_the_plain_forward_and_saves_less",
+        "test_checkpointed_forward_recomputes_segments_groups_of_nearly_equal_size",  # it recomputes nothing
+    )
     assert "only the 4 segment inputs" in tests[SAVED]["output"]
 
 
