@@ -44,6 +44,14 @@ CLASS_COLOURS = {"nvlink": "#55a868", "nic": "#4c72b0", "spine": "#c44e52"}
 RAILS = plt.get_cmap("tab10").colors
 
 
+def save(fig: plt.Figure, path: Path, title: str) -> None:
+    """Title the figure, lay it out, write it as a PNG and close it."""
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
 def _solution(name: str):
     sys.path.insert(0, str(REPO / "solutions" / "cluster"))
     return importlib.import_module(name)
@@ -118,13 +126,11 @@ def topologies(out: Path) -> None:
         ax.set(xlim=(-1, width + 1), ylim=(-1.1, 8.4))
         ax.axis("off")
         ax.set_title(titles[topology], fontsize=9)
-    fig.suptitle(
+    save(
+        fig,
+        out / "cluster_topologies.png",
         "4 DGX-like nodes, 8 GPUs and 8 NICs each (colour = local rank, the GPU's rail), leaves of 16 host ports",
-        fontsize=10,
     )
-    fig.tight_layout()
-    fig.savefig(out / "cluster_topologies.png", dpi=DPI)
-    plt.close(fig)
 
 
 def link_loads(out: Path) -> None:
@@ -187,14 +193,12 @@ def link_loads(out: Path) -> None:
         loads.link_loads(Cluster.h100_cluster(nodes, "rail_only"), crossing, nbytes)
     except ScheduleError as error:
         print(f"rail_only refuses the rail-crossing rings: {error}")
-    fig.suptitle(
+    save(
+        fig,
+        out / "cluster_link_loads.png",
         "Ring all-reduces on 64 DGX H100 nodes: where the bytes go (link_loads), "
         "and the simulated time for N = 1 GiB (below)",
-        fontsize=10,
     )
-    fig.tight_layout()
-    fig.savefig(out / "cluster_link_loads.png", dpi=DPI)
-    plt.close(fig)
 
 
 def allreduce_time(out: Path) -> None:
@@ -257,13 +261,11 @@ def allreduce_time(out: Path) -> None:
     ]
     labels += ["predicted_time (cost.py)", "choose_algorithm's pick"]
     legend.legend(handles, labels, loc="center", fontsize=9, title="solid: simulated (grader/models/cluster.py)")
-    fig.suptitle(
+    save(
+        fig,
+        out / "cluster_allreduce_time.png",
         "All-reduce on DGX H100 nodes, rail-optimised 400 Gb/s fabric: simulated time and the two-level model",
-        fontsize=10,
     )
-    fig.tight_layout()
-    fig.savefig(out / "cluster_allreduce_time.png", dpi=DPI)
-    plt.close(fig)
 
 
 def alltoall_time(out: Path) -> None:
@@ -299,13 +301,11 @@ def alltoall_time(out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.set_title(f"{nodes * 8} GPUs ({nodes} nodes of 8)", fontsize=9)
     axes[0].legend(fontsize=8)
-    fig.suptitle(
+    save(
+        fig,
+        out / "cluster_alltoall_time.png",
         "All-to-all on DGX H100 nodes: flat_alltoall_schedule against hierarchical_alltoall_schedule (simulated)",
-        fontsize=10,
     )
-    fig.tight_layout()
-    fig.savefig(out / "cluster_alltoall_time.png", dpi=DPI)
-    plt.close(fig)
 
 
 def _size(nbytes: int) -> str:
