@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from grader.models.cluster import Cluster, simulate
-from grader.sandbox import Step, SubmissionError
+from grader.sandbox import Group, Step, SubmissionError
 from grader.suites.cluster import reference
 from grader.testing import assert_matches, expect_exception, generator
 
@@ -85,6 +85,20 @@ def test_schedule_run_on_real_ranks_equals_dist_all_reduce(submission, library, 
                 f"{where}: rank {rank} ends with other bits than rank 0: each chunk must be summed once and then "
                 f"copied (a 'copy' transfer), not summed again on every GPU in another order"
             )
+
+
+@pytest.mark.points(2)
+def test_schedules_run_in_two_subgroups_at_once_equal_their_own_sums(submission):
+    """A world of 4 split into the groups {0, 2} and {1, 3}: each runs a ring of 2 GPUs (group
+    ranks 0 and 1) on its own data at the same time; each must end with its own group's sum."""
+    gen = generator("cluster-subgroups")
+    tensors = [torch.randn(5, generator=gen, dtype=torch.float64) for _ in range(4)]
+    pairs = {0: (0, 2), 2: (0, 2), 1: (1, 3), 3: (1, 3)}
+    args = [("ring_allreduce_schedule", ([0, 1], 40), tensors[r], Group(pairs[r])) for r in range(4)]
+    got = submission.function("collective_step").spmd(4, args).outputs
+    for rank, pair in pairs.items():
+        want = tensors[pair[0]] + tensors[pair[1]]
+        assert_matches(got[rank], want, f"rank {rank} in group {pair}: its group's sum (not the world's)", 1e-12, 1e-12)
 
 
 @pytest.mark.points(4)
