@@ -72,3 +72,54 @@ def process_grid_groups(sizes: dict[str, int], order: str, dimensions: list[str]
 
     grid = ProcessGrid(**sizes, order=order)
     return {d: dist.get_process_group_ranks(grid.group(d)) for d in dimensions}
+
+
+def dcp_save_sharded(full: dict[str, torch.Tensor], path: str) -> None:
+    """torch.distributed.checkpoint.save of `full`'s tensors as DTensors sharded on dim 0 over the
+    world (Shard(0), fully_shard's layout): each rank writes its own rows."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    dcp.save({name: distribute_tensor(t, mesh, [Shard(0)]) for name, t in full.items()}, checkpoint_id=path)
+
+
+def dcp_load_sharded(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], path: str) -> dict[str, torch.Tensor]:
+    """torch.distributed.checkpoint.load into DTensors sharded on dim 0 over the world: each
+    rank's local rows of every tensor (`shapes`: name -> (full shape, dtype)), resharded by DCP."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    state = {
+        name: distribute_tensor(torch.zeros(shape, dtype=dtype), mesh, [Shard(0)])
+        for name, (shape, dtype) in shapes.items()
+    }
+    dcp.load(state, checkpoint_id=path)
+    return {name: t.to_local().clone() for name, t in state.items()}
+
+
+def dcp_blocking_save(full: dict[str, torch.Tensor], path: str, steps: int, save_at: int) -> float:
+    """The seconds torch.distributed.checkpoint.save (synchronous) holds a training loop like
+    reliability's train_and_checkpoint: `steps` steps of the same compute, each adding 1 in place
+    to this rank's rows (Shard(0) DTensors over the world), a save after step `save_at`; the
+    longest hold over the ranks."""
+    import time
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    state = {name: distribute_tensor(t, mesh, [Shard(0)]) for name, t in full.items()}
+    blocked, work = 0.0, torch.ones(128, 128)
+    for step in range(steps):
+        work = torch.tanh(work @ work / 128)
+        for tensor in state.values():
+            tensor.to_local().add_(1.0)
+        if step == save_at:
+            start = time.perf_counter()
+            dcp.save(state, checkpoint_id=path)
+            blocked = time.perf_counter() - start
+    longest = torch.tensor(blocked)
+    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    return longest.item()

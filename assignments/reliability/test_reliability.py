@@ -1,0 +1,115 @@
+"""Public tests for the reliability module: run them while you work with
+
+    pytest assignments/reliability          (add -s to see what your code prints)
+
+Your functions run in worker processes, never inside pytest. Checkpoints are written to a
+temporary folder and read back by torch.distributed.checkpoint (DCP) itself, in this process;
+the flight-recorder dumps are real, recorded from small gloo jobs by
+grader.models.flight_recorder.record_dumps (read its docstring for the jobs and the format).
+The hidden suite checks the interval formulas against Young's and Daly's closed forms and a
+simulation of failures, straggler on tables whose answer the docstring fixes, resharding from 4
+ranks to 2 and 3 and back, DCP reading your checkpoints and you reading DCP's, the bytes each
+rank writes, the async checkpoint's snapshot and how long it holds training against DCP's
+synchronous save, diagnose against torch's flight-recorder analyzer on real dumps of broken
+jobs, the Kubernetes manifests against the official client's models and as a real torchrun
+world, and every refusal. (Your manifests.py is named so that `import kubernetes` still finds
+the official client.) `make grade` gives the score.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.run import get_args_parser, parse_min_max_nnodes
+
+from grader.models.flight_recorder import record_dumps
+from grader.testing import assert_matches
+
+
+def test_youngs_interval_for_llama3s_mtbf(submission):
+    """Llama 3: 419 unexpected interruptions in 54 days on 16,384 GPUs, a job MTBF of 3.09 h."""
+    mtbf = submission.function("job_mtbf_s")(16384, 16384 * 54 * 86400 / 419)
+    interval = submission.function("optimal_checkpoint_interval")(60.0, mtbf, "young")
+    assert math.isclose(interval, math.sqrt(2 * 60.0 * 54 * 86400 / 419)), (
+        f"with 60 s checkpoints and a job MTBF of {mtbf:.0f} s, Young's interval is sqrt(2 delta M) = "
+        f"{math.sqrt(2 * 60.0 * 54 * 86400 / 419):.0f} s; got {interval}"
+    )
+
+
+def test_a_rank_that_skips_an_all_reduce_is_named(submission):
+    """Rank 3 skips the world's 3rd all_reduce, its 4th collective; ranks 0, 1, 2 hang in it."""
+    got = submission.function("diagnose")(record_dumps("skip_all_reduce"))
+    want = {"status": "missing", "process_group": ("0", "default_pg"), "seq": 4, "op": "gloo:all_reduce", "ranks": [3]}
+    assert isinstance(got, dict), f"diagnose returns a dict, got {got!r}"
+    got = dict(got, process_group=tuple(got.get("process_group") or ()) or None)
+    assert got == want, f"job 'skip_all_reduce': expected {want}, got {got} (see diagnose's docstring)"
+
+
+def test_a_job_whose_ranks_all_agree_is_ok(submission):
+    got = submission.function("diagnose")(record_dumps("healthy"))
+    want = {"status": "ok", "process_group": None, "seq": None, "op": None, "ranks": []}
+    assert got == want, f"job 'healthy' (every rank issued the same collectives): expected {want}, got {got!r}"
+
+
+def test_the_straggler_is_the_rank_that_waits_least(submission):
+    step_times = [[1.0, 1.0, 1.0]] * 4  # a synchronous job: every step lasts as long as the slowest rank
+    wait_times = [[0.5, 0.5, 0.5], [0.5, 0.45, 0.5], [0.05, 0.0, 0.02], [0.5, 0.5, 0.55]]
+    got = submission.function("straggler")(step_times, wait_times)
+    assert got == 2, f"rank 2 computes 0.95 s a step while the others compute about 0.5 s: expected 2, got {got!r}"
+
+
+def test_a_checkpoint_saved_by_two_ranks_loads_on_one_and_in_dcp(submission, tmp_path):
+    full = {"w": torch.randn(5, 3, dtype=torch.float64), "b": torch.randn(5, dtype=torch.float64)}
+    states = [{name: t[:3] for name, t in full.items()}, {name: t[3:] for name, t in full.items()}]  # blocks of 3
+    submission.function("save_sharded").spmd(2, [(state, str(tmp_path)) for state in states])
+    loaded = submission.function("load_resharded")(
+        {name: torch.zeros_like(t) for name, t in full.items()}, str(tmp_path)
+    )
+    read_by_dcp = {name: torch.zeros_like(t) for name, t in full.items()}
+    dcp.load(read_by_dcp, checkpoint_id=str(tmp_path))  # one process: DCP reads the whole tensors
+    for name, tensor in full.items():
+        assert_matches(loaded[name], tensor, f"load_resharded on one rank, {name!r}")
+        assert_matches(read_by_dcp[name], tensor, f"dcp.load of your checkpoint, {name!r}")
+
+
+def test_the_async_checkpoint_holds_the_state_at_the_save(submission, tmp_path):
+    state = {"w": torch.zeros(4, 2)}
+    result = submission.function("train_and_checkpoint")(state, str(tmp_path), 5, [1], "async")
+    saved = {"w": torch.zeros(4, 2)}
+    dcp.load(saved, checkpoint_id=str(tmp_path / "step1"))
+    assert_matches(saved["w"], torch.full((4, 2), 2.0), "the checkpoint after step 1 (the state as save() saw it)")
+    assert_matches(result["state"]["w"], torch.full((4, 2), 5.0), "the state after 5 steps")
+
+
+def test_an_indexed_job_of_one_pod_per_node_behind_a_headless_service(submission):
+    service, job = submission.function("torchrun_job")("demo", "img", 2, 8, ["train.py"])
+    assert (service["kind"], service["spec"]["clusterIP"]) == ("Service", "None"), (
+        f"expected a headless Service first (clusterIP 'None'), got {service.get('kind')!r} "
+        f"with clusterIP {service.get('spec', {}).get('clusterIP')!r}"
+    )
+    spec = job["spec"]
+    got = (spec.get("completionMode"), spec.get("completions"), spec.get("parallelism"))
+    assert got == ("Indexed", 2, 2), f"(completionMode, completions, parallelism) = {got}, expected ('Indexed', 2, 2)"
+    assert spec["template"]["spec"].get("subdomain") == "demo", (
+        "the pod template's subdomain must name the Service ('demo'): that is what gives pod 0 its DNS name"
+    )
+
+
+def test_every_pod_runs_torchrun_with_a_rendezvous_at_pod_zero(submission):
+    _, job = submission.function("torchrun_job")("demo", "img", 2, 8, ["train.py", "--steps=3"], 2, 29400, "ml")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[0] == "torchrun", f"the container must run torchrun itself (no shell), got {command!r}"
+    args = get_args_parser().parse_args(command[1:])  # torchrun's own reading of the command
+    nnodes = parse_min_max_nnodes(args.nnodes)  # "2" or "2:2"
+    got = (nnodes, args.nproc_per_node, args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id, args.max_restarts)
+    want = ((2, 2), "8", "c10d", "demo-0.demo.ml.svc.cluster.local:29400", "demo", 2)
+    assert got == want, (
+        f"(nnodes min:max, nproc-per-node, rdzv-backend, rdzv-endpoint, rdzv-id, max-restarts): {got}, expected {want}"
+    )
+    assert [args.training_script, *args.training_script_args] == ["train.py", "--steps=3"], command
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8", (
+        f"expected resources.limits['nvidia.com/gpu'] == '8' (a quantity: a string), got {container['resources']!r}"
+    )

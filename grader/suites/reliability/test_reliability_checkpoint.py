@@ -1,0 +1,266 @@
+"""Hidden suite: sharded checkpoints in DCP's layout, resharded from 4 ranks to 2 and 3 and back,
+read and written interchangeably with torch.distributed.checkpoint (DCP, the library reference:
+dcp.save and dcp.load of DTensors sharded on dim 0 over the world); the bytes each rank writes
+counted from its file; the asynchronous checkpoint's snapshot and its blocking time as a ratio to
+the synchronous save in the same run."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+
+import pytest
+import torch
+
+from grader.perf import Timing, best_ratio, interleaved_ratio, require_reliable
+from grader.sandbox import Group, SubmissionError
+from grader.suites.reliability.checkpoint_reference import chunks, full_state, rows_of, shards, spoil_chunks_not_needed
+from grader.testing import assert_matches, expect_exception
+
+SHAPES = {"embed.weight": (13, 6), "layers.0.bias": (7,), "layers.0.weight": (9, 4, 3), "norm": (3,)}  # 3 < 4 ranks
+BLOB_OVERHEAD = 4096  # torch.save's zip framing of one tensor, with room to spare
+ASYNC_LIMIT = 0.25  # measured: about 0.1 for a snapshot, 0.5 for a save that writes before returning
+RESHARDS = [(4, 2), (2, 4), (4, 3), (1, 4), (3, 1)]
+
+
+def _save(submission, full, p, path, dtype_views=True):
+    states = shards(full, p, views=dtype_views)
+    submission.function("save_sharded").spmd(p, [(state, str(path)) for state in states])
+
+
+def _load(submission, full, p, path):
+    targets = shards(full, p, views=False)
+    return submission.function("load_resharded").spmd(p, [(state, str(path)) for state in targets]).outputs
+
+
+def _assert_rows(got, full, p, what):
+    for rank, state in enumerate(got):
+        for name, tensor in full.items():
+            start, stop = rows_of(tensor.shape[0], p, rank)
+            assert isinstance(state, dict) and name in state, f"{what}: rank {rank} returned no {name!r}: {state!r}"
+            assert_matches(
+                state[name], tensor[start:stop], f"{what}: rank {rank} of {p}, rows {start}:{stop} of {name!r}"
+            )
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize(("saved_by", "loaded_by"), RESHARDS)
+def test_a_checkpoint_loads_on_another_number_of_ranks_equal_to_the_full_state(
+    submission, tmp_path, saved_by, loaded_by
+):
+    full = full_state(SHAPES, torch.float64, saved_by, loaded_by)
+    _save(submission, full, saved_by, tmp_path)
+    _assert_rows(
+        _load(submission, full, loaded_by, tmp_path), full, loaded_by, f"saved by {saved_by}, loaded by {loaded_by}"
+    )
+
+
+@pytest.mark.points(6)
+def test_each_rank_writes_only_its_own_rows_in_dcps_file_layout(submission, tmp_path):
+    """The state of each rank is made of views of the full tensors: torch.save of a view writes
+    the whole storage behind it, so a rank that saves without a copy writes the whole model."""
+    full = full_state({"w": (64, 256), "b": (64,)}, torch.float32, "bytes")
+    _save(submission, full, 4, tmp_path)
+    files = sorted(f.name for f in tmp_path.iterdir())
+    assert files == [".metadata", *[f"__{r}_0.distcp" for r in range(4)]], (
+        f"expected .metadata and one __<rank>_0.distcp per rank (DCP's layout), found {files}"
+    )
+    for rank in range(4):
+        shard = sum(t[slice(*rows_of(t.shape[0], 4, rank))].numel() * t.element_size() for t in full.values())
+        wrote = (tmp_path / f"__{rank}_0.distcp").stat().st_size
+        assert shard <= wrote <= shard + BLOB_OVERHEAD * len(full), (
+            f"rank {rank} wrote {wrote} bytes for a shard of {shard} bytes (whole model: "
+            f"{sum(t.numel() * t.element_size() for t in full.values())}): torch.save of a view writes the whole "
+            "storage behind it; save a copy of the shard (write_shard's docstring)"
+        )
+    layout = chunks(tmp_path)
+    assert [rows for rows, *_ in layout["w"]] == [(0, 16), (16, 32), (32, 48), (48, 64)], layout["w"]
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("loaded_by", [2, 3])
+def test_dcp_loads_what_save_sharded_wrote(submission, library, tmp_path, loaded_by):
+    """torch.distributed.checkpoint.load, into DTensors sharded on dim 0, reads the student's checkpoint."""
+    full = full_state(SHAPES, torch.float32, "to-dcp", loaded_by)
+    _save(submission, full, 4, tmp_path)
+    shapes = {name: (tuple(t.shape), t.dtype) for name, t in full.items()}
+    got = library.spmd("grader.library:dcp_load_sharded", loaded_by, [(shapes, str(tmp_path))] * loaded_by).outputs
+    _assert_rows(got, full, loaded_by, "dcp.load of save_sharded's checkpoint")
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("loaded_by", [2, 3])
+def test_load_resharded_reads_what_dcp_saved(submission, library, tmp_path, loaded_by):
+    """torch.distributed.checkpoint.save of DTensors sharded on dim 0 over 4 ranks, read by load_resharded."""
+    full = full_state(SHAPES, torch.float32, "from-dcp", loaded_by)
+    library.spmd("grader.library:dcp_save_sharded", 4, [(full, str(tmp_path))] * 4)
+    _assert_rows(
+        _load(submission, full, loaded_by, tmp_path), full, loaded_by, "load_resharded of dcp.save's checkpoint"
+    )
+
+
+@pytest.mark.points(4)
+def test_each_rank_reads_only_the_chunks_that_overlap_its_rows(submission, tmp_path):
+    """Each rank of 2 loads its own copy of a 4-rank checkpoint in which every chunk it does not
+    need has been overwritten with zeros: reading such a chunk fails."""
+    full = full_state(SHAPES, torch.float64, "overlap")
+    _save(submission, full, 4, tmp_path / "saved")
+    args = []
+    for rank, target in enumerate(shards(full, 2, views=False)):
+        copy = tmp_path / f"rank{rank}"
+        shutil.copytree(tmp_path / "saved", copy)
+        needed = {name: rows_of(t.shape[0], 2, rank) for name, t in full.items()}
+        assert spoil_chunks_not_needed(copy, needed) > 0
+        args.append((target, str(copy)))
+    try:
+        got = submission.function("load_resharded").spmd(2, args).outputs
+    except SubmissionError as error:
+        if error.kind != "exception":
+            raise
+        pytest.fail(
+            "load_resharded failed on a copy of the checkpoint in which only the chunks that do not overlap the "
+            "rank's rows are unreadable (their blobs overwritten with zeros): it reads chunks it does not need. "
+            f"Skip a chunk whose rows miss [start, stop) before reading it. The error:\n{error.message}"
+        )
+    _assert_rows(got, full, 2, "a rank that read only the chunks overlapping its rows")
+
+
+@pytest.mark.points(3)
+def test_a_checkpoint_saved_in_a_subgroup_uses_ranks_within_the_group(submission, tmp_path):
+    """Groups {0, 2} and {1, 3} of a world of 4 each save their own state at once, each to its
+    own folder; each checkpoint is then loaded on one rank and equals its group's state."""
+    fulls = [full_state(SHAPES, torch.float64, "group", i) for i in range(2)]
+    args = [None] * 4
+    for i, members in enumerate(((0, 2), (1, 3))):
+        for local, state in enumerate(shards(fulls[i], 2)):
+            args[members[local]] = (state, str(tmp_path / f"group{i}"), Group(members))
+    submission.function("save_sharded").spmd(4, args)
+    for i in range(2):
+        files = sorted(f.name for f in (tmp_path / f"group{i}").iterdir())
+        assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"], (
+            f"group {i}: expected files named by the rank within the group, found {files}"
+        )
+        _assert_rows(_load(submission, fulls[i], 1, tmp_path / f"group{i}"), fulls[i], 1, f"group {i}'s checkpoint")
+
+
+def _train(submission, tmp_path, mode, p, save_at, steps=6, sizes=(16, 65536)):
+    full = {f"t{i}": torch.full(sizes, float(i)) for i in range(8)}
+    states = shards(full, p, views=False)
+    for state, rank_state in zip(states, shards(full, p)):
+        for name in state:
+            state[name].copy_(rank_state[name])
+    args = [(state, str(tmp_path / mode), steps, save_at, mode) for state in states]
+    return full, submission.function("train_and_checkpoint").spmd(p, args).outputs
+
+
+@pytest.mark.points(6)
+def test_the_async_checkpoint_holds_the_snapshot_though_training_goes_on(submission, library, tmp_path):
+    """Two saves, after steps 1 and 2, on 2 ranks; every step adds 1 in place. Each checkpoint
+    (read with dcp.load) must hold the state as it was at its save, and the final state all steps."""
+    full, got = _train(submission, tmp_path, "async", 2, [1, 2])
+    shapes = {name: (tuple(t.shape), t.dtype) for name, t in full.items()}
+    for step in (1, 2):
+        folder = tmp_path / "async" / f"step{step}"
+        assert (folder / ".metadata").is_file(), (
+            f"no .metadata in {folder.name}: the save after step {step} was not committed"
+        )
+        loaded = library.spmd("grader.library:dcp_load_sharded", 2, [(shapes, str(folder))] * 2).outputs
+        expected = {name: t + step + 1 for name, t in full.items()}
+        _assert_rows(
+            loaded, expected, 2, f"the checkpoint saved after step {step} (the snapshot, not the live tensors)"
+        )
+    final = [result["state"] for result in got]
+    _assert_rows(final, {name: t + 6 for name, t in full.items()}, 2, "the state after 6 steps")
+
+
+@pytest.mark.perf
+@pytest.mark.points(5)
+def test_the_async_save_blocks_training_time_within_a_quarter_of_dcps_synchronous_save(
+    submission, library, tmp_path, record_property
+):
+    """How long the save call holds the training loop (train_and_checkpoint, 2 ranks, 16 MiB of
+    state per rank, the longest hold over the ranks), against torch.distributed.checkpoint.save
+    (synchronous) in the same loop in a trusted worker: medians of interleaved rounds, at most a
+    quarter. The async save copies the state in memory and returns; a save that writes before
+    returning holds it about half as long as DCP's (which also plans and gathers metadata)."""
+    full = {f"t{i}": torch.full((16, 65536), float(i)) for i in range(8)}  # 32 MiB of float32: 16 MiB per rank
+    rounds = itertools.count()
+
+    def candidate() -> Timing:
+        folder = tmp_path / f"async{next(rounds)}"
+        args = [(state, str(folder), 3, [1], "async") for state in shards(full, 2, views=False)]
+        result = submission.function("train_and_checkpoint").spmd(2, args)
+        shutil.rmtree(folder, ignore_errors=True)
+        return Timing(max(rank["blocked_s"][0] for rank in result.outputs), result.contention)
+
+    def reference() -> Timing:
+        folder = tmp_path / f"dcp{next(rounds)}"
+        result = library.spmd("grader.library:dcp_blocking_save", 2, [(full, str(folder), 3, 1)] * 2)
+        shutil.rmtree(folder, ignore_errors=True)
+        return Timing(result.outputs[0], result.contention)
+
+    ratio = best_ratio(lambda: interleaved_ratio(candidate, reference, rounds=5), ASYNC_LIMIT)
+    record_property("async_hold_ms", round(ratio.candidate_s * 1e3, 2))
+    record_property("dcp_save_hold_ms", round(ratio.reference_s * 1e3, 2))
+    require_reliable(ratio)
+    assert ratio.ratio <= ASYNC_LIMIT, (
+        f"the async save held training for {ratio.candidate_s * 1e3:.1f} ms, DCP's synchronous save for "
+        f"{ratio.reference_s * 1e3:.1f} ms (ratio {ratio.ratio:.2f}, the limit {ASYNC_LIMIT}): save() should copy the "
+        "state in memory and leave the writing to a background thread (AsyncCheckpointer's docstring)"
+    )
+
+
+@pytest.mark.points(2)
+def test_an_error_in_the_writing_thread_is_raised_by_wait(submission, tmp_path):
+    (tmp_path / "async").write_text("a file where the checkpoint folder should go")
+    """The checkpoint's folder cannot be created (a file is in its place): the writing thread
+    fails, and the training thread's wait() must raise its exception."""
+    try:
+        _train(submission, tmp_path, "async", 1, [1], steps=2)
+    except SubmissionError as error:
+        if error.kind != "exception":
+            raise  # not implemented, a crash, a timeout: the student sees that
+        return
+    pytest.fail("the writing thread could not create the checkpoint's folder, yet wait() returned normally")
+
+
+def test_wait_without_a_pending_save_does_nothing(submission, tmp_path):
+    """An AsyncCheckpointer that never saved: train_and_checkpoint's final wait() must return."""
+    result = submission.function("train_and_checkpoint")({"w": torch.zeros(2, 2)}, str(tmp_path), 2, [], "async")
+    assert torch.equal(result["state"]["w"], torch.full((2, 2), 2.0)), result
+    assert not list(tmp_path.iterdir()), "no save was asked for, yet something was written"
+
+
+@pytest.mark.points(3)
+def test_bad_input_raises_a_clear_error(submission, tmp_path):
+    state = shards(full_state({"w": (4, 3)}, torch.float64, "bad"), 1)[0]
+    ok = str(tmp_path / "ok")
+    save, load = submission.function("save_sharded"), submission.function("load_resharded")
+    expect_exception("ValueError", lambda: save({}, str(tmp_path / "empty")))  # an empty state
+    expect_exception("ValueError", lambda: save({"step": torch.tensor(3.0)}, str(tmp_path / "scalar")))  # 0-dim
+    expect_exception("FileNotFoundError", lambda: load(dict(state), str(tmp_path / "nothing")))  # no .metadata
+    save(state, ok)
+    f64 = torch.float64
+    expect_exception("ValueError", lambda: load({"other": torch.zeros(4, 3, dtype=f64)}, ok))  # another model's
+    expect_exception("ValueError", lambda: load({"w": torch.zeros(4, 5, dtype=f64)}, ok))  # another shape
+    expect_exception("ValueError", lambda: load({"w": torch.zeros(2, 3, dtype=f64)}, ok))  # another world's shard
+    expect_exception("ValueError", lambda: load({"w": torch.zeros(4, 3)}, ok))  # float32 for a float64 checkpoint
+
+
+@pytest.mark.points(3)
+def test_ranks_that_disagree_all_raise_value_error_and_write_no_metadata(submission, tmp_path):
+    """Rank 1 holds another name, or rows that are not its shard: every rank raises (no hang),
+    and the checkpoint stays incomplete (no .metadata)."""
+    full = full_state({"w": (8, 2)}, torch.float64, "disagree")
+    good = shards(full, 2)
+    for why, rank1 in (("names", {"v": good[1]["w"]}), ("rows", {"w": full["w"][:1]})):
+        path = tmp_path / why
+        with pytest.raises(SubmissionError) as raised:
+            submission.function("save_sharded").spmd(2, [(good[0], str(path)), (rank1, str(path))])
+        if raised.value.kind == "not_implemented":
+            raise raised.value
+        assert raised.value.kind == "exception" and "ValueError" in raised.value.message, (
+            f"ranks that disagree on {why}: expected ValueError on every rank, "
+            f"got {raised.value.kind}: {raised.value.message}"
+        )
+        assert not (path / ".metadata").exists(), f"ranks that disagree on {why} still wrote .metadata"

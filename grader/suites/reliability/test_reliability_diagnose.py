@@ -1,0 +1,246 @@
+"""Hidden suite: diagnose on real flight-recorder dumps of gloo jobs (grader.models.flight_recorder:
+a rank that skips a collective, calls another, sends another size or dtype, a subgroup member
+that skips), each verdict checked against the docstring's and against torch's own analyzer
+(torch.distributed.flight_recorder, fr_trace: the library reference; grader/suites/reliability/
+fr_reference.py puts its findings in diagnose's terms); dumps edited from real ones for what the
+jobs do not reach (8 ranks, an empty buffer, ties, a disagreement in two groups, a wrong
+majority at rank 0); and the refusals."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+
+import pytest
+
+from grader.models.flight_recorder import JOBS, record_dumps
+from grader.suites.reliability.fr_reference import first_finding
+from grader.testing import expect_exception
+
+WORLD = ("0", "default_pg")
+PAIR_0_1 = ("1", "pair_0_1")
+
+# What each job's dumps must be diagnosed as (grader/models/flight_recorder.py's docstring).
+EXPECTED = {
+    "healthy": {"status": "ok", "process_group": None, "seq": None, "op": None, "ranks": []},
+    "skip_all_reduce": {"status": "missing", "process_group": WORLD, "seq": 4, "op": "gloo:all_reduce", "ranks": [3]},
+    "broadcast_instead": {
+        "status": "mismatched_op", "process_group": WORLD, "seq": 4, "op": "gloo:all_reduce", "ranks": [3]
+    },
+    "size_mismatch": {
+        "status": "mismatched_size", "process_group": WORLD, "seq": 4, "op": "gloo:all_reduce", "ranks": [3]
+    },
+    "dtype_mismatch": {
+        "status": "mismatched_dtype", "process_group": WORLD, "seq": 4, "op": "gloo:all_reduce", "ranks": [3]
+    },
+    "subgroup_skip": {"status": "missing", "process_group": PAIR_0_1, "seq": 2, "op": "gloo:all_reduce", "ranks": [1]},
+}  # fmt: skip
+BROKEN = [job for job in JOBS if job != "healthy"]
+
+
+@cache
+def dumps_of(job: str, world_size: int = 4) -> tuple[dict, ...]:
+    """Each job is recorded once per grading session (about 0.1 s each once torch is loaded)."""
+    return tuple(record_dumps(job, world_size))
+
+
+def fresh(job: str, world_size: int = 4) -> list[dict]:
+    """A copy to edit or to send: the recorded dumps stay as recorded."""
+    return copy.deepcopy(list(dumps_of(job, world_size)))
+
+
+def normalized(verdict: object) -> object:
+    """The verdict with process_group as a tuple and ranks as a list (a list or tuple returned
+    for either is accepted)."""
+    if not isinstance(verdict, dict):
+        return verdict
+    out = dict(verdict)
+    if isinstance(out.get("process_group"), list):
+        out["process_group"] = tuple(out["process_group"])
+    if isinstance(out.get("ranks"), tuple):
+        out["ranks"] = list(out["ranks"])
+    return out
+
+
+def check(got: object, want: dict, what: str) -> None:
+    got = normalized(got)
+    assert isinstance(got, dict), f"{what}: diagnose returns a dict, got {got!r}"
+    wrong = {key: got.get(key, "<absent>") for key in want if got.get(key, "<absent>") != want[key]}
+    assert not wrong, (
+        f"{what}: expected {want}, got {got}; wrong: {wrong}. See diagnose's docstring: the first sequence id where "
+        "a group's members disagree, checked missing, op, sizes, dtypes in that order; suspects are the ranks "
+        "absent or outside the majority"
+    )
+
+
+def entry(dumps: list[dict], rank: int, group: str, seq: int) -> dict:
+    return next(e for e in dumps[rank]["entries"] if e["process_group"][0] == group and e["collective_seq_id"] == seq)
+
+
+# ----------------------------------------------------------------------------- real jobs
+
+
+@pytest.mark.points(1.5)
+@pytest.mark.parametrize("job", BROKEN)
+def test_a_broken_job_is_diagnosed_at_its_first_disagreement(submission, job):
+    got = submission.function("diagnose")(fresh(job))
+    check(got, EXPECTED[job], f"job {job!r} (4 ranks; grader/models/flight_recorder.py's docstring says what it does)")
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("job", BROKEN)
+def test_the_verdict_agrees_with_torchs_flight_recorder_analyzer(submission, job):
+    """torch.distributed.flight_recorder's analyzer on the same dumps: same group, sequence id,
+    kind of disagreement and suspects (its culprits: the ranks that differ from rank 0)."""
+    library = first_finding(fresh(job))
+    assert library is not None, f"torch's analyzer found nothing wrong in job {job!r}: the suite's reference is off"
+    got = normalized(submission.function("diagnose")(fresh(job)))
+    assert isinstance(got, dict), f"diagnose returns a dict, got {got!r}"
+    mine = {
+        "status": got.get("status"),
+        "process_group": (got.get("process_group") or (None,))[0],
+        "seq": got.get("seq"),
+        "ranks": got.get("ranks"),
+    }
+    theirs = {key: library[key] for key in mine}
+    assert mine == theirs, (
+        f"job {job!r}: torch's flight-recorder analyzer (python -m torch.distributed.flight_recorder.fr_trace) "
+        f"reports {theirs} (group by name), diagnose returned {got}"
+    )
+
+
+@pytest.mark.points(2)
+def test_a_healthy_job_is_ok(submission):
+    """All-reduces of three shapes, a broadcast, all-reduces on two pair groups: all matched."""
+    assert first_finding(fresh("healthy")) is None, "torch's analyzer finds the healthy job broken: reference off"
+    got = submission.function("diagnose")(fresh("healthy"))
+    check(got, EXPECTED["healthy"], "job 'healthy' (every rank issued the same collectives on every group)")
+
+
+@pytest.mark.points(3)
+def test_a_skip_in_a_subgroup_names_the_subgroup_not_the_world(submission):
+    """Rank 1 skips the 2nd all_reduce of pair {0, 1} and goes on to the world's next collective:
+    the world's 4 collectives all match; the pair's seq 2 lacks rank 1."""
+    got = normalized(submission.function("diagnose")(fresh("subgroup_skip")))
+    assert isinstance(got, dict) and got.get("process_group") == PAIR_0_1, (
+        f"job 'subgroup_skip': expected the pair group {PAIR_0_1} (the entries' process_group), got "
+        f"{got.get('process_group') if isinstance(got, dict) else got!r}: sequence ids count per group, so compare "
+        "each group's entries on their own"
+    )
+    check(got, EXPECTED["subgroup_skip"], "job 'subgroup_skip'")
+
+
+@pytest.mark.points(2)
+def test_the_skipping_rank_of_a_world_of_8_is_named(submission):
+    """A real job of 8 ranks: rank 7 skips the world's 4th collective."""
+    want = dict(EXPECTED["skip_all_reduce"], ranks=[7])
+    check(submission.function("diagnose")(fresh("skip_all_reduce", 8)), want, "job 'skip_all_reduce' on 8 ranks")
+
+
+@pytest.mark.points(1)
+def test_the_order_of_the_dumps_does_not_matter(submission):
+    dumps = fresh("size_mismatch")[::-1]
+    check(submission.function("diagnose")(dumps), EXPECTED["size_mismatch"], "job 'size_mismatch', dumps rank 3 first")
+
+
+# ----------------------------------------------------------------------------- edited dumps
+
+
+@pytest.mark.points(2)
+def test_a_rank_whose_buffer_holds_nothing_is_missing_from_the_first_collective(submission):
+    """Rank 2's buffer is empty (it never reached its first collective): world seq 1 lacks it,
+    and so does pair {2, 3}'s seq 1 later; the world's comes first."""
+    dumps = fresh("healthy")
+    dumps[2]["entries"] = []
+    want = {"status": "missing", "process_group": WORLD, "seq": 1, "op": "gloo:all_reduce", "ranks": [2]}
+    check(submission.function("diagnose")(dumps), want, "healthy dumps with rank 2's entries emptied")
+
+
+@pytest.mark.points(2)
+def test_the_majority_decides_even_against_rank_0(submission):
+    """Rank 0 is the odd one (the analyzer, which compares with rank 0, would blame 1, 2, 3)."""
+    dumps = fresh("healthy")
+    for name in ("input_sizes", "output_sizes"):
+        entry(dumps, 0, "0", 2)[name] = [[64, 4]]
+    want = {"status": "mismatched_size", "process_group": WORLD, "seq": 2, "op": "gloo:all_reduce", "ranks": [0]}
+    check(submission.function("diagnose")(dumps), want, "healthy dumps, rank 0's world seq 2 all_reduce of [64, 4]")
+
+
+@pytest.mark.points(1)
+def test_a_tie_goes_to_the_value_of_the_lowest_rank(submission):
+    """Ranks 0, 1 broadcast at world seq 2 and ranks 2, 3 all_reduce: 2 against 2, rank 0's
+    value is the expected one."""
+    dumps = fresh("healthy")
+    for rank in (0, 1):
+        entry(dumps, rank, "0", 2)["profiling_name"] = "gloo:broadcast"
+    want = {"status": "mismatched_op", "process_group": WORLD, "seq": 2, "op": "gloo:broadcast", "ranks": [2, 3]}
+    check(submission.function("diagnose")(dumps), want, "healthy dumps, ranks 0 and 1 broadcasting at world seq 2")
+
+
+@pytest.mark.points(1)
+def test_an_op_mismatch_wins_over_a_size_mismatch_in_the_same_collective(submission):
+    dumps = fresh("healthy")
+    entry(dumps, 1, "0", 4)["profiling_name"] = "gloo:reduce_scatter"
+    entry(dumps, 2, "0", 4)["input_sizes"] = [[7]]
+    want = {"status": "mismatched_op", "process_group": WORLD, "seq": 4, "op": "gloo:all_reduce", "ranks": [1]}
+    check(submission.function("diagnose")(dumps), want, "world seq 4: rank 1 another op, rank 2 another size")
+
+
+@pytest.mark.points(2)
+def test_of_two_disagreeing_groups_the_one_issued_first_is_reported(submission):
+    """Pair {2, 3}'s seq 1 (record_id 3) differs in dtype, the world's seq 5 (record_id 6) in
+    size: the pair's is reported."""
+    dumps = fresh("healthy")
+    entry(dumps, 3, "2", 1)["input_dtypes"] = ["Double"]
+    entry(dumps, 1, "0", 5)["input_sizes"] = [[2]]
+    want = {"status": "mismatched_dtype", "process_group": ("2", "pair_2_3"), "seq": 1, "op": "gloo:all_reduce",
+            "ranks": [3]}  # fmt: skip
+    check(submission.function("diagnose")(dumps), want, "healthy dumps edited in pair {2, 3}'s seq 1 and world seq 5")
+
+
+@pytest.mark.points(1)
+def test_a_rank_that_issued_one_more_collective_makes_the_others_missing(submission):
+    """Rank 3 alone issued a world seq 6: ranks 0, 1, 2 never entered it."""
+    dumps = fresh("healthy")
+    extra = copy.deepcopy(entry(dumps, 3, "0", 5))
+    extra.update(collective_seq_id=6, record_id=extra["record_id"] + 1)
+    dumps[3]["entries"].append(extra)
+    want = {"status": "missing", "process_group": WORLD, "seq": 6, "op": "gloo:all_reduce", "ranks": [0, 1, 2]}
+    check(submission.function("diagnose")(dumps), want, "healthy dumps, rank 3 with one more world all_reduce")
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def without(key: str) -> list[dict]:
+    dumps = fresh("healthy")
+    del dumps[1][key]
+    return dumps
+
+
+def other_world_size() -> list[dict]:
+    dumps = fresh("healthy")
+    dumps[2]["pg_config"]["0"]["ranks"] = str(list(range(8)))
+    return dumps
+
+
+def duplicate_rank() -> list[dict]:
+    dumps = fresh("healthy")
+    dumps[3]["rank"] = 2
+    return dumps
+
+
+REFUSALS = [
+    (lambda: [], "an empty list"),
+    (lambda: without("entries"), "a dump without entries"),
+    (lambda: without("rank"), "a dump without its rank"),
+    (duplicate_rank, "two dumps of rank 2"),
+    (other_world_size, "a dump of a world of 8 among dumps of 4"),
+    (lambda: fresh("healthy")[:3], "rank 3's dump missing"),
+]
+
+
+@pytest.mark.points(0.5)
+@pytest.mark.parametrize(("make", "why"), REFUSALS, ids=[why for _, why in REFUSALS])
+def test_bad_dumps_raise_value_error(submission, make, why):
+    expect_exception("ValueError", lambda: submission.function("diagnose")(make()))

@@ -1,0 +1,49 @@
+"""Which rank makes every step slow (lecture 14-reliability, section 3).
+
+In synchronous training every rank ends a step at the same collective, so every rank's step
+takes as long as the slowest rank's: step times alone cannot name the straggler. What differs is
+how a step is spent. The slow rank computes longest and arrives at the collective last, so it
+waits least; the healthy ranks arrive early and wait for it. A rank's compute time in a step is
+its step time minus its time blocked in collectives.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+
+def straggler(step_times: list[list[float]], wait_times: list[list[float]], threshold: float = 1.2) -> int | None:
+    """The rank that slows the job down, or None.
+
+    step_times[r][s] is the wall time, in seconds, of step s on rank r; wait_times[r][s] the part
+    of it that rank r spent blocked in collectives. A rank's compute time in a step is
+    step_times[r][s] - wait_times[r][s]; its typical compute time is the median over the steps
+    (one slow step, a garbage collection say, does not make a straggler). The straggler is the
+    rank with the largest typical compute time, if that is more than `threshold` times the median
+    of the other ranks' typical compute times; otherwise, and for a single rank, None. Among
+    ranks with the same largest typical compute time, the lowest rank.
+
+    Raises ValueError when there is no rank or no step, when the two tables do not have the
+    same shape (every rank the same number of steps), when a time is negative, or a wait is
+    longer than its step, or when threshold < 1.
+    """
+    ### BEGIN SOLUTION
+    if not step_times or not step_times[0]:
+        raise ValueError("step_times needs at least one rank and one step")
+    if threshold < 1:
+        raise ValueError(f"threshold must be >= 1, not {threshold!r}")
+    steps = len(step_times[0])
+    if len(wait_times) != len(step_times) or any(len(row) != steps for row in [*step_times, *wait_times]):
+        raise ValueError("step_times and wait_times must both be ranks x steps tables of the same shape")
+    typical = []
+    for rank, (steps_r, waits_r) in enumerate(zip(step_times, wait_times)):
+        for step, wait in zip(steps_r, waits_r):
+            if step < 0 or wait < 0 or wait > step:
+                raise ValueError(f"rank {rank}: a step of {step} s with {wait} s of waiting (times >= 0, wait <= step)")
+        typical.append(statistics.median(step - wait for step, wait in zip(steps_r, waits_r)))
+    slowest = max(range(len(typical)), key=lambda rank: (typical[rank], -rank))
+    others = typical[:slowest] + typical[slowest + 1 :]
+    if not others or typical[slowest] <= threshold * statistics.median(others):
+        return None
+    return slowest
+    ### END SOLUTION
