@@ -173,8 +173,8 @@ class AsyncCheckpointer:
     writes the snapshot with write_shard, and returns without waiting for the write.
     wait() joins that thread and commits the checkpoint (commit: gather, `.metadata`, barrier):
     the checkpoint is complete only once wait() has returned. An exception in the writing
-    thread is not lost: wait() propagates it. wait() does nothing when no save is pending. Every rank of the group calls save and wait
-    in the same order, because wait communicates.
+    thread is not lost: wait() propagates it. wait() does nothing when no save is pending.
+    Every rank of the group calls save and wait in the same order, because wait communicates.
     """
 
     def __init__(self) -> None:

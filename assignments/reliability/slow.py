@@ -1,6 +1,7 @@
 # Your working copy: replace every `raise NotImplementedError` with your implementation.
 # (Generated from the course's reference by `python -m grader sync`.)
-"""Which rank makes every step slow (lecture 14-reliability, section 3).
+"""Which rank makes every step slow, and where a step's time goes (lecture 14-reliability,
+section 3).
 
 In synchronous training every rank ends a step at the same collective, so every rank's step
 takes as long as the slowest rank's: step times alone cannot name the straggler. What differs is
@@ -30,3 +31,30 @@ def straggler(step_times: list[list[float]], wait_times: list[list[float]], thre
     longer than its step, or when threshold < 1.
     """
     raise NotImplementedError("implement straggler (lectures/14-reliability.md, section 3)")
+
+
+def step_breakdown(trace: dict) -> dict[str, float]:
+    """Where the time of one training step went, from its profiler trace: a chrome trace as
+    torch.profiler's export_chrome_trace writes it (json.load of the file), such as
+    grader.models.step_trace records.
+
+    Only complete events count: those of trace["traceEvents"] with "ph" == "X", each covering
+    [ts, ts + dur) in microseconds. Compute events are those of category ("cat") "cpu_op" whose
+    name does not start with "c10d::" (those only hand a collective to the process group);
+    communication events are those whose name starts with "gloo:" or "nccl:" (the spans of the
+    collectives themselves). Events may nest and overlap: a time is compute when any compute
+    event covers it, communication when any communication event covers it. The step runs from
+    the first start to the last end of the compute and communication events.
+
+    Returns, in seconds: {"step_s": the step's length, "compute_s": the time covered by compute,
+    "communication_s": the time covered by communication, "exposed_communication_s": the time
+    covered by communication and not by compute (what overlap would hide), "idle_s": the time
+    covered by neither}.
+
+    Raises ValueError when the trace is not a dict with a "traceEvents" list, or holds no
+    compute and no communication event.
+    """
+    raise NotImplementedError("implement step_breakdown (lectures/14-reliability.md, section 3)")
+
+
+# (Write any helper functions you need here.)

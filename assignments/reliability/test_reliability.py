@@ -7,7 +7,8 @@ temporary folder and read back by torch.distributed.checkpoint (DCP) itself, in 
 the flight-recorder dumps are real, recorded from small gloo jobs by
 grader.models.flight_recorder.record_dumps (read its docstring for the jobs and the format).
 The hidden suite checks the interval formulas against Young's and Daly's closed forms and a
-simulation of failures, straggler on tables whose answer the docstring fixes, resharding from 4
+simulation of failures, straggler on tables whose answer the docstring fixes, step_breakdown
+on built traces and on real profiler traces of a data-parallel step, resharding from 4
 ranks to 2 and 3 and back, DCP reading your checkpoints and you reading DCP's, the bytes each
 rank writes, the async checkpoint's snapshot and how long it holds training against DCP's
 synchronous save, diagnose against torch's flight-recorder analyzer on real dumps of broken
@@ -58,6 +59,23 @@ def test_the_straggler_is_the_rank_that_waits_least(submission):
     wait_times = [[0.5, 0.5, 0.5], [0.5, 0.45, 0.5], [0.05, 0.0, 0.02], [0.5, 0.5, 0.55]]
     got = submission.function("straggler")(step_times, wait_times)
     assert got == 2, f"rank 2 computes 0.95 s a step while the others compute about 0.5 s: expected 2, got {got!r}"
+
+
+def test_a_step_trace_splits_into_compute_exposed_communication_and_idle(submission):
+    """Microseconds: compute 0-100 with a nested operator, an all-reduce 60-150 on gloo's thread
+    (half hidden under compute), nothing 150-170, compute 170-200."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 50, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 60, "dur": 90, "pid": 1, "tid": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add_", "ts": 170, "dur": 30, "pid": 1, "tid": 1},
+    ]
+    got = submission.function("step_breakdown")({"traceEvents": events})
+    want = {"step_s": 200e-6, "compute_s": 130e-6, "communication_s": 90e-6, "exposed_communication_s": 50e-6,
+            "idle_s": 20e-6}  # fmt: skip
+    assert isinstance(got, dict) and all(math.isclose(got[k], v, abs_tol=1e-12) for k, v in want.items()), (
+        f"expected {want}, got {got} (unions of intervals, in seconds: see step_breakdown's docstring)"
+    )
 
 
 def test_a_checkpoint_saved_by_two_ranks_loads_on_one_and_in_dcp(submission, tmp_path):

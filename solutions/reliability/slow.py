@@ -1,4 +1,5 @@
-"""Which rank makes every step slow (lecture 14-reliability, section 3).
+"""Which rank makes every step slow, and where a step's time goes (lecture 14-reliability,
+section 3).
 
 In synchronous training every rank ends a step at the same collective, so every rank's step
 takes as long as the slowest rank's: step times alone cannot name the straggler. What differs is
@@ -47,3 +48,72 @@ def straggler(step_times: list[list[float]], wait_times: list[list[float]], thre
         return None
     return slowest
     ### END SOLUTION
+
+
+def step_breakdown(trace: dict) -> dict[str, float]:
+    """Where the time of one training step went, from its profiler trace: a chrome trace as
+    torch.profiler's export_chrome_trace writes it (json.load of the file), such as
+    grader.models.step_trace records.
+
+    Only complete events count: those of trace["traceEvents"] with "ph" == "X", each covering
+    [ts, ts + dur) in microseconds. Compute events are those of category ("cat") "cpu_op" whose
+    name does not start with "c10d::" (those only hand a collective to the process group);
+    communication events are those whose name starts with "gloo:" or "nccl:" (the spans of the
+    collectives themselves). Events may nest and overlap: a time is compute when any compute
+    event covers it, communication when any communication event covers it. The step runs from
+    the first start to the last end of the compute and communication events.
+
+    Returns, in seconds: {"step_s": the step's length, "compute_s": the time covered by compute,
+    "communication_s": the time covered by communication, "exposed_communication_s": the time
+    covered by communication and not by compute (what overlap would hide), "idle_s": the time
+    covered by neither}.
+
+    Raises ValueError when the trace is not a dict with a "traceEvents" list, or holds no
+    compute and no communication event.
+    """
+    ### BEGIN SOLUTION
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise ValueError("trace must be a chrome trace: a dict with a 'traceEvents' list")
+    compute, communication = [], []
+    for event in trace["traceEvents"]:
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            continue
+        name, span = str(event.get("name", "")), (event["ts"], event["ts"] + event["dur"])
+        if name.startswith(("gloo:", "nccl:")):
+            communication.append(span)
+        elif event.get("cat") == "cpu_op" and not name.startswith("c10d::"):
+            compute.append(span)
+    if not compute and not communication:
+        raise ValueError("the trace holds no compute and no communication event")
+    busy = _union(compute + communication)
+    start, end = busy[0][0], busy[-1][1]
+    covered = {"compute": _length(_union(compute)), "communication": _length(_union(communication))}
+    # |comm \ compute| = |comm U compute| - |compute|
+    exposed = _length(busy) - covered["compute"]
+    return {
+        "step_s": (end - start) * 1e-6,
+        "compute_s": covered["compute"] * 1e-6,
+        "communication_s": covered["communication"] * 1e-6,
+        "exposed_communication_s": exposed * 1e-6,
+        "idle_s": (end - start - _length(busy)) * 1e-6,
+    }
+    ### END SOLUTION
+
+
+### BEGIN SOLUTION
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted, disjoint intervals covering exactly what `spans` cover."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(spans: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in spans)
+
+
+### END SOLUTION
