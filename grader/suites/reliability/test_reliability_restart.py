@@ -1,0 +1,98 @@
+"""Hidden suite: train_with_restarts under a real torchrun (the library: torch.distributed.run,
+its elastic agent and c10d rendezvous on localhost, --max-restarts=2) whose rank-1 worker is
+killed with SIGKILL once the checkpoint of step 4 exists. torchrun must have restarted both
+workers (new pids, restart count 1), and the final parameters must equal, bit for bit in
+float64, those of an uninterrupted run computed in the grader's process from the course's own
+model, optimizer and data. A file that is not a complete checkpoint is planted in the folder
+first. One run per grading: it takes about 15 s."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+
+from grader.sandbox import SubmissionError
+from grader.suites.reliability.restart_reference import states
+from grader.testing import expect_exception
+
+STEPS, EVERY, KILL_AFTER = 12, 2, 4
+PARTIAL = "step_000099.pt.partial"  # planted before the run: not a checkpoint
+_RUNS: dict[int, dict] = {}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def restarted_run(submission, tmp_path_factory) -> dict:
+    """The one run of this grading (every test here reads it)."""
+    if id(submission) not in _RUNS:
+        try:  # a stub says so here, in a worker, not from inside torchrun's processes
+            submission.function("train_with_restarts")(str(tmp_path_factory.mktemp("probe")), 0, EVERY)
+        except SubmissionError as error:
+            if error.kind == "not_implemented":
+                raise
+        folder = tmp_path_factory.mktemp("restart")
+        (folder / PARTIAL).write_bytes(b"a save that died halfway")  # must be ignored
+        run = submission.function("run_under_torchrun")(str(folder), STEPS, EVERY, KILL_AFTER, _free_port())
+        _RUNS[id(submission)] = {**run, "folder": folder}
+    return _RUNS[id(submission)]
+
+
+def _same(got: dict, want: dict) -> list[str]:
+    return [name for name in want if not (name in got and torch.equal(got[name], want[name]))]
+
+
+@pytest.mark.points(8)
+def test_a_killed_worker_is_restarted_and_the_run_ends_as_if_never_interrupted(submission, tmp_path_factory):
+    run = restarted_run(submission, tmp_path_factory)
+    assert run["returncode"] == 0, f"torchrun exited with {run['returncode']}; its log ends:\n{run['log']}"
+    assert run["killed_pid"] is not None, (
+        f"rank 1 was never killed: the checkpoint of step {KILL_AFTER} (step_{KILL_AFTER:06d}.pt) never appeared "
+        f"while the job ran. Log:\n{run['log']}"
+    )
+    first = {rank: pid for restart, rank, pid in run["workers"] if restart == 0}
+    again = {rank: pid for restart, rank, pid in run["workers"] if restart == 1}
+    assert sorted(again) == [0, 1] and not set(again.values()) & set(first.values()), (
+        f"expected torchrun to start both workers again (restart count 1, new pids) after the kill; "
+        f"workers seen (restart, rank, pid): {run['workers']}"
+    )
+    want = states(STEPS)
+    saved = torch.load(run["folder"] / f"step_{KILL_AFTER:06d}.pt", weights_only=True)["model"]
+    assert not _same(saved, want[KILL_AFTER - 1]), (
+        f"the checkpoint of step {KILL_AFTER}, written before the kill, already differs from the uninterrupted run "
+        f"in {_same(saved, want[KILL_AFTER - 1])}: the training step itself is wrong (gradients averaged over the "
+        "world, SGD with momentum: train_with_restarts' docstring)"
+    )
+    assert run["final"] is not None and not _same(run["final"], want[-1]), (
+        f"after the restart the final parameters differ from the uninterrupted run's in "
+        f"{_same(run['final'] or {}, want[-1])} (the checkpoint of step {KILL_AFTER} was right): resume the model, "
+        "the optimizer's state and the data position from the last complete checkpoint"
+    )
+
+
+@pytest.mark.points(3)
+def test_every_checkpoint_is_whole_and_holds_the_model_the_optimizer_and_the_position(submission, tmp_path_factory):
+    run = restarted_run(submission, tmp_path_factory)
+    folder, want = run["folder"], states(STEPS)
+    names = sorted(path.name for path in folder.iterdir() if path.is_file() and path.name != PARTIAL)
+    expected = [f"step_{step:06d}.pt" for step in range(EVERY, STEPS + 1, EVERY)]
+    assert names == expected, f"expected exactly the checkpoints {expected} (no partial file), found {names}"
+    for name in expected:
+        state = torch.load(folder / name, weights_only=True)
+        step = int(name[5:11])
+        assert set(state) >= {"model", "optimizer", "next_step"} and state["next_step"] == step, (
+            f"{name}: expected the keys model, optimizer and next_step = {step}, got {sorted(state)}"
+        )
+        assert not _same(state["model"], want[step - 1]), f"{name}: the model differs from the run's after step {step}"
+        assert state["optimizer"]["state"], f"{name}: the optimizer's state (momentum buffers) is empty"
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize(("steps", "every"), [(0, 2), (5, 0)])
+def test_a_run_of_no_step_or_no_checkpoint_interval_raises_value_error(submission, tmp_path, steps, every):
+    expect_exception("ValueError", lambda: submission.function("train_with_restarts")(str(tmp_path), steps, every))
