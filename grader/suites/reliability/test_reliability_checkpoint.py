@@ -6,6 +6,7 @@ the synchronous save in the same run."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import shutil
 
@@ -53,6 +54,32 @@ def test_a_checkpoint_loads_on_another_number_of_ranks_equal_to_the_full_state(
     _assert_rows(
         _load(submission, full, loaded_by, tmp_path), full, loaded_by, f"saved by {saved_by}, loaded by {loaded_by}"
     )
+
+
+@pytest.mark.points(2)
+def test_write_shard_returns_where_each_blob_lies(submission, tmp_path):
+    """One rank's shards, one of them of 0 rows: names in sorted order, blobs back to back from
+    byte 0, each loading with torch.load to its tensor; the empty one has offset 0 and length 0."""
+    state = {"b": torch.arange(6.0).view(3, 2), "a": torch.ones(2, dtype=torch.float64), "c": torch.zeros(0, 5)}
+    records = submission.function("write_shard")(state, str(tmp_path / "ckpt"), 3)
+    data = (tmp_path / "ckpt" / "__3_0.distcp").read_bytes()
+    assert isinstance(records, dict) and sorted(records) == ["a", "b", "c"], f"expected records of a, b, c: {records!r}"
+    assert (records["c"]["byte_offset"], records["c"]["byte_length"], records["c"]["rows"]) == (0, 0, 0), (
+        f"a tensor of 0 rows writes no blob: expected rows 0, byte_offset 0 and byte_length 0, got {records['c']}"
+    )
+    position = 0
+    for name in ("a", "b"):
+        record = records[name]
+        assert record["byte_offset"] == position and record["file"] == "__3_0.distcp", (
+            f"{name!r}: expected its blob in __3_0.distcp at byte {position} (right after the previous one, in sorted "
+            f"order), got {record}"
+        )
+        blob = data[record["byte_offset"] : record["byte_offset"] + record["byte_length"]]
+        assert torch.equal(torch.load(io.BytesIO(blob), weights_only=True), state[name]), f"{name!r}: the blob"
+        shape = (state[name].shape[0], tuple(state[name].shape[1:]), state[name].dtype)
+        assert (record["rows"], tuple(record["trailing"]), record["dtype"]) == shape, record
+        position += record["byte_length"]
+    assert position == len(data), f"the file holds {len(data)} bytes, the blobs {position}"
 
 
 @pytest.mark.points(6)

@@ -230,8 +230,15 @@ def duplicate_rank() -> list[dict]:
     return dumps
 
 
+def every_rank_and_a_duplicate() -> list[dict]:
+    """All four dumps and a second one of rank 3: every rank is there, and one twice."""
+    dumps = fresh("healthy")
+    return [*dumps, copy.deepcopy(dumps[3])]
+
+
 REFUSALS = [
     (lambda: [], "an empty list"),
+    (every_rank_and_a_duplicate, "every rank and a second dump of rank 3"),
     (lambda: without("entries"), "a dump without entries"),
     (lambda: without("rank"), "a dump without its rank"),
     (duplicate_rank, "two dumps of rank 2"),

@@ -73,8 +73,17 @@ def test_llama3s_interruptions_give_a_job_mtbf_of_about_three_hours(submission):
     assert math.isclose(DAY_S / job, 419 / 54, rel_tol=1e-12)
 
 
-CHECKPOINTS = [(0.0, 3600.0), (1.0, 1e6), (30.0, 11135.0), (60.0, 11135.0), (600.0, 3600.0), (500.0, 300.0),
-               (7200.0, 3600.0), (7199.0, 3600.0)]  # fmt: skip
+CHECKPOINTS = [
+    (0.0, 3600.0),
+    (1.0, 1e6),
+    (30.0, 11135.0),
+    (60.0, 11135.0),
+    (600.0, 3600.0),
+    (500.0, 300.0),
+    (7200.0, 3600.0),
+    (7199.0, 3600.0),
+    (0.01, 0.5),
+]  # fmt: skip  (an MTBF under a second is still > 0)
 
 
 @pytest.mark.points(3)

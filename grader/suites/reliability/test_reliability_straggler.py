@@ -87,6 +87,15 @@ def test_ties_go_to_the_lowest_rank_and_one_rank_has_no_straggler(submission):
     assert call(*table([[5.0, 6.0]], 7.0)) is None, "a single rank is nobody's straggler"
 
 
+def test_a_rank_that_waits_its_whole_step_is_allowed(submission):
+    """A wait equal to its step (a rank that computed nothing) is not "longer than its step"."""
+    steps, waits = [[1.0, 1.0], [1.0, 1.0]], [[1.0, 0.5], [0.0, 0.5]]
+    got = submission.function("straggler")(steps, waits)
+    assert got == 1, (
+        f"rank 0 computes 0 and 0.5 s, rank 1 1 and 0.5 s (medians 0.25 and 0.75 > 1.2 x 0.25): expected 1, got {got!r}"
+    )
+
+
 BAD = [
     (([], []), "no rank"),
     (([[]], [[]]), "no step"),
