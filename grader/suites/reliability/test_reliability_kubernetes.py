@@ -295,6 +295,17 @@ BAD = [
 GOOD = dict(name="job", image="img", nodes=2, gpus_per_node=8, command=["train.py"])
 
 
+@pytest.mark.points(1)
+def test_names_and_namespaces_of_exactly_63_characters_are_accepted(submission):
+    """The longest legal labels: a namespace of 63 characters, and a name whose last pod's
+    hostname, <name>-<nodes - 1>, has exactly 63."""
+    namespace, name = _name_of(63), _name_of(61)
+    _, job = submission.function("torchrun_job")(**{**GOOD, "name": name, "namespace": namespace, "nodes": 2})
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    endpoint = f"--rdzv-endpoint={name}-0.{name}.{namespace}.svc.cluster.local:29500"
+    assert endpoint in command, f"63-character labels are legal; expected {endpoint} in {command}"
+
+
 @pytest.mark.points(0.2)
 @pytest.mark.parametrize(("change", "why"), BAD, ids=[why for _, why in BAD])
 def test_bad_job_arguments_raise_value_error(submission, change, why):
