@@ -20,6 +20,8 @@ the official client.) `make grade` gives the score.
 from __future__ import annotations
 
 import math
+import tempfile
+from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -78,7 +80,12 @@ def test_a_step_trace_splits_into_compute_exposed_communication_and_idle(submiss
     )
 
 
-def test_a_checkpoint_saved_by_two_ranks_loads_on_one_and_in_dcp(submission, tmp_path):
+def test_a_checkpoint_saved_by_two_ranks_loads_on_one_and_in_dcp(submission):
+    with tempfile.TemporaryDirectory() as folder:
+        _save_on_two_and_load(submission, Path(folder))
+
+
+def _save_on_two_and_load(submission, tmp_path):
     full = {"w": torch.randn(5, 3, dtype=torch.float64), "b": torch.randn(5, dtype=torch.float64)}
     states = [{name: t[:3] for name, t in full.items()}, {name: t[3:] for name, t in full.items()}]  # blocks of 3
     submission.function("save_sharded").spmd(2, [(state, str(tmp_path)) for state in states])
@@ -92,7 +99,12 @@ def test_a_checkpoint_saved_by_two_ranks_loads_on_one_and_in_dcp(submission, tmp
         assert_matches(read_by_dcp[name], tensor, f"dcp.load of your checkpoint, {name!r}")
 
 
-def test_the_async_checkpoint_holds_the_state_at_the_save(submission, tmp_path):
+def test_the_async_checkpoint_holds_the_state_at_the_save(submission):
+    with tempfile.TemporaryDirectory() as folder:
+        _train_and_read_back(submission, Path(folder))
+
+
+def _train_and_read_back(submission, tmp_path):
     state = {"w": torch.zeros(4, 2)}
     result = submission.function("train_and_checkpoint")(state, str(tmp_path), 5, [1], "async")
     saved = {"w": torch.zeros(4, 2)}

@@ -25,7 +25,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ def make_model() -> torch.nn.Module:
 
 
 def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+    """SGD with momentum: the momentum buffers are state that a checkpoint must hold."""
     return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
@@ -150,14 +150,18 @@ def run_under_torchrun(checkpoint_dir: str, steps: int, every: int, kill_after: 
                str(every)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": here + os.pathsep + os.environ.get("PYTHONPATH", "")}
     killed = None
-    with tempfile.TemporaryFile() as log, subprocess.Popen(command, cwd=here, env=env, stdout=log, stderr=log) as agent:
-        while agent.poll() is None:
-            if killed is None and kill_after > 0 and (folder / f"step_{kill_after:06d}.pt").exists():
-                victims = list((folder / "workers").glob("restart0_rank1_pid*"))
-                if victims:
-                    killed = int(victims[0].name.rpartition("pid")[2])
-                    os.kill(killed, signal.SIGKILL)
-            time.sleep(0.01)
+    (folder / "workers").mkdir(parents=True, exist_ok=True)
+    # torchrun's own files (its log folder) go beside the run's, not to the worker's TMPDIR
+    env["TMPDIR"] = str(folder / "workers")
+    with open(folder / "workers" / "torchrun.log", "w+b") as log:
+        with subprocess.Popen(command, cwd=here, env=env, stdout=log, stderr=log) as agent:
+            while agent.poll() is None:
+                if killed is None and kill_after > 0 and (folder / f"step_{kill_after:06d}.pt").exists():
+                    victims = list((folder / "workers").glob("restart0_rank1_pid*"))
+                    if victims:
+                        killed = int(victims[0].name.rpartition("pid")[2])
+                        os.kill(killed, signal.SIGKILL)
+                time.sleep(0.01)
         log.seek(0)
         printed = log.read().decode(errors="replace")
     workers = sorted(

@@ -387,7 +387,8 @@ def run_local_world(manifests: list[dict], command: list[str], timeout_s: float 
     os.mkdir(out)
     port = free_port()
     base = {k: v for k, v in os.environ.items() if not k.startswith(_HIDDEN)}
-    base.update(OMP_NUM_THREADS="1", LOCAL_WORLD_OUT=out)
+    # TMPDIR: torchrun's log folders (torchelastic_*) go into the workdir, removed below
+    base.update(OMP_NUM_THREADS="1", LOCAL_WORLD_OUT=out, TMPDIR=workdir)
     processes, logs = [], []
     try:
         for index, args in enumerate(parsed):

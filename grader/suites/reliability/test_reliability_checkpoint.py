@@ -9,6 +9,9 @@ from __future__ import annotations
 import io
 import itertools
 import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +25,14 @@ SHAPES = {"embed.weight": (13, 6), "layers.0.bias": (7,), "layers.0.weight": (9,
 BLOB_OVERHEAD = 4096  # torch.save's zip framing of one tensor, with room to spare
 ASYNC_LIMIT = 0.25  # measured: about 0.1 for a snapshot, 0.5 for a save that writes before returning
 RESHARDS = [(4, 2), (2, 4), (4, 3), (1, 4), (3, 1)]
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A folder of the test's own, removed after it (pytest's tmp_path would leave its
+    pytest-of-<user> folder in the grader's temporary folder)."""
+    with tempfile.TemporaryDirectory(prefix="reliability-checkpoint-") as name:
+        yield Path(name)
 
 
 def _save(submission, full, p, path, dtype_views=True):
@@ -226,7 +237,7 @@ def test_the_async_save_blocks_training_time_within_a_quarter_of_dcps_synchronou
         shutil.rmtree(folder, ignore_errors=True)
         return Timing(result.outputs[0], result.contention)
 
-    ratio = best_ratio(lambda: interleaved_ratio(candidate, reference, rounds=5), ASYNC_LIMIT)
+    ratio = best_ratio(lambda: interleaved_ratio(candidate, reference, rounds=3), ASYNC_LIMIT)
     record_property("async_hold_ms", round(ratio.candidate_s * 1e3, 2))
     record_property("dcp_save_hold_ms", round(ratio.reference_s * 1e3, 2))
     require_reliable(ratio)

@@ -9,6 +9,9 @@ first. One run per grading: it takes about 15 s."""
 from __future__ import annotations
 
 import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,15 +31,24 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def restarted_run(submission, tmp_path_factory) -> dict:
+@pytest.fixture(scope="module")
+def scratch() -> Iterator[Path]:
+    """This file's folder, removed after its tests (pytest's tmp_path would leave its
+    pytest-of-<user> folder in the grader's temporary folder)."""
+    with tempfile.TemporaryDirectory(prefix="reliability-restart-") as name:
+        yield Path(name)
+
+
+def restarted_run(submission, scratch: Path) -> dict:
     """The one run of this grading (every test here reads it)."""
     if id(submission) not in _RUNS:
         try:  # a stub says so here, in a worker, not from inside torchrun's processes
-            submission.function("train_with_restarts")(str(tmp_path_factory.mktemp("probe")), 0, EVERY)
+            submission.function("train_with_restarts")(str(scratch), 0, EVERY)
         except SubmissionError as error:
             if error.kind == "not_implemented":
                 raise
-        folder = tmp_path_factory.mktemp("restart")
+        folder = scratch / f"run{len(_RUNS)}"
+        folder.mkdir()
         (folder / PARTIAL).write_bytes(b"a save that died halfway")  # must be ignored
         run = submission.function("run_under_torchrun")(str(folder), STEPS, EVERY, KILL_AFTER, _free_port())
         _RUNS[id(submission)] = {**run, "folder": folder}
@@ -48,8 +60,8 @@ def _same(got: dict, want: dict) -> list[str]:
 
 
 @pytest.mark.points(8)
-def test_a_killed_worker_is_restarted_and_the_run_ends_as_if_never_interrupted(submission, tmp_path_factory):
-    run = restarted_run(submission, tmp_path_factory)
+def test_a_killed_worker_is_restarted_and_the_run_ends_as_if_never_interrupted(submission, scratch):
+    run = restarted_run(submission, scratch)
     assert run["returncode"] == 0, f"torchrun exited with {run['returncode']}; its log ends:\n{run['log']}"
     assert run["killed_pid"] is not None, (
         f"rank 1 was never killed: the checkpoint of step {KILL_AFTER} (step_{KILL_AFTER:06d}.pt) never appeared "
@@ -76,8 +88,8 @@ def test_a_killed_worker_is_restarted_and_the_run_ends_as_if_never_interrupted(s
 
 
 @pytest.mark.points(3)
-def test_every_checkpoint_is_whole_and_holds_the_model_the_optimizer_and_the_position(submission, tmp_path_factory):
-    run = restarted_run(submission, tmp_path_factory)
+def test_every_checkpoint_is_whole_and_holds_the_model_the_optimizer_and_the_position(submission, scratch):
+    run = restarted_run(submission, scratch)
     folder, want = run["folder"], states(STEPS)
     names = sorted(path.name for path in folder.iterdir() if path.is_file() and path.name != PARTIAL)
     expected = [f"step_{step:06d}.pt" for step in range(EVERY, STEPS + 1, EVERY)]
@@ -94,5 +106,5 @@ def test_every_checkpoint_is_whole_and_holds_the_model_the_optimizer_and_the_pos
 
 @pytest.mark.points(1)
 @pytest.mark.parametrize(("steps", "every"), [(0, 2), (5, 0)])
-def test_a_run_of_no_step_or_no_checkpoint_interval_raises_value_error(submission, tmp_path, steps, every):
-    expect_exception("ValueError", lambda: submission.function("train_with_restarts")(str(tmp_path), steps, every))
+def test_a_run_of_no_step_or_no_checkpoint_interval_raises_value_error(submission, scratch, steps, every):
+    expect_exception("ValueError", lambda: submission.function("train_with_restarts")(str(scratch), steps, every))

@@ -2,7 +2,7 @@
 
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: slow.py
-# select: straggler and (computes_longest or least_wait or healthy)
+# select: straggler and (computes_longest or least_wait)
 # fails: test_the_rank_that_computes_longest|test_the_straggler_is_the_longest_compute
 # kind:
 # message: expected
