@@ -19,7 +19,9 @@ the official client.) `make grade` gives the score.
 
 from __future__ import annotations
 
+import atexit
 import math
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -29,6 +31,11 @@ from torch.distributed.run import get_args_parser, parse_min_max_nnodes
 
 from grader.models.flight_recorder import record_dumps
 from grader.testing import assert_matches
+
+# Made now, before any worker starts: a sandboxed worker may read only what existed when it was
+# sandboxed, so each test's folder is made inside this one.
+SCRATCH = Path(tempfile.mkdtemp(prefix="reliability-public-"))
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 
 
 def test_youngs_interval_for_llama3s_mtbf(submission):
@@ -81,7 +88,7 @@ def test_a_step_trace_splits_into_compute_exposed_communication_and_idle(submiss
 
 
 def test_a_checkpoint_saved_by_two_ranks_loads_on_one_and_in_dcp(submission):
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory(dir=SCRATCH) as folder:
         _save_on_two_and_load(submission, Path(folder))
 
 
@@ -100,7 +107,7 @@ def _save_on_two_and_load(submission, tmp_path):
 
 
 def test_the_async_checkpoint_holds_the_state_at_the_save(submission):
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory(dir=SCRATCH) as folder:
         _train_and_read_back(submission, Path(folder))
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import itertools
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch
 
 from grader.perf import Timing, best_ratio, interleaved_ratio, require_reliable
 from grader.sandbox import Group, SubmissionError
+from grader.suites.reliability import scratch
 from grader.suites.reliability.checkpoint_reference import chunks, full_state, rows_of, shards, spoil_chunks_not_needed
 from grader.testing import assert_matches, expect_exception
 
@@ -29,10 +29,10 @@ RESHARDS = [(4, 2), (2, 4), (4, 3), (1, 4), (3, 1)]
 
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:
-    """A folder of the test's own, removed after it (pytest's tmp_path would leave its
-    pytest-of-<user> folder in the grader's temporary folder)."""
-    with tempfile.TemporaryDirectory(prefix="reliability-checkpoint-") as name:
-        yield Path(name)
+    """A folder of the test's own that the workers can read, removed after it (scratch.py;
+    pytest's tmp_path would leave its pytest-of-<user> folder in the grader's TMPDIR)."""
+    with scratch.folder("checkpoint-") as path:
+        yield path
 
 
 def _save(submission, full, p, path, dtype_views=True):

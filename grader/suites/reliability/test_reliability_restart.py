@@ -9,7 +9,6 @@ first. One run per grading: it takes about 15 s."""
 from __future__ import annotations
 
 import socket
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 from grader.sandbox import SubmissionError
+from grader.suites.reliability import scratch as suite_scratch
 from grader.suites.reliability.restart_reference import states
 from grader.testing import expect_exception
 
@@ -33,10 +33,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def scratch() -> Iterator[Path]:
-    """This file's folder, removed after its tests (pytest's tmp_path would leave its
-    pytest-of-<user> folder in the grader's temporary folder)."""
-    with tempfile.TemporaryDirectory(prefix="reliability-restart-") as name:
-        yield Path(name)
+    """This file's folder, which the workers can read, removed after its tests (scratch.py)."""
+    with suite_scratch.folder("restart-") as path:
+        yield path
 
 
 def restarted_run(submission, scratch: Path) -> dict:
