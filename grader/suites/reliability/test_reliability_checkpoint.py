@@ -181,6 +181,21 @@ def test_a_checkpoint_saved_in_a_subgroup_uses_ranks_within_the_group(submission
         _assert_rows(_load(submission, fulls[i], 1, tmp_path / f"group{i}"), fulls[i], 1, f"group {i}'s checkpoint")
 
 
+@pytest.mark.points(2)
+def test_a_checkpoint_loads_in_two_subgroups_at_once_by_the_rank_within_each(submission, tmp_path):
+    """A checkpoint of 3 ranks, loaded at once by the groups {0, 2} and {1, 3} of a world of 4:
+    each group's rank r holds rows shard_rows(R, 2, r), whatever its global rank."""
+    full = full_state(SHAPES, torch.float64, "group-load")
+    _save(submission, full, 3, tmp_path)
+    targets, args = shards(full, 2, views=False), [None] * 4
+    for members in ((0, 2), (1, 3)):
+        for local, rank in enumerate(members):
+            args[rank] = ({name: t.clone() for name, t in targets[local].items()}, str(tmp_path), Group(members))
+    got = submission.function("load_resharded").spmd(4, args).outputs
+    for members in ((0, 2), (1, 3)):
+        _assert_rows([got[rank] for rank in members], full, 2, f"loaded in the group {members}")
+
+
 def _train(submission, tmp_path, mode, p, save_at, steps=6, sizes=(16, 65536)):
     full = {f"t{i}": torch.full(sizes, float(i)) for i in range(8)}
     states = shards(full, p, views=False)

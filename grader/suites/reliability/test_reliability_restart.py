@@ -8,7 +8,6 @@ first. One run per grading: it takes about 15 s."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,18 +16,13 @@ import torch
 
 from grader.sandbox import SubmissionError
 from grader.suites.reliability import scratch as suite_scratch
+from grader.suites.reliability.k8s_reference import free_port
 from grader.suites.reliability.restart_reference import states
 from grader.testing import expect_exception
 
 STEPS, EVERY, KILL_AFTER = 12, 2, 4
 PARTIAL = "step_000099.pt.partial"  # planted before the run: not a checkpoint
 _RUNS: dict[int, dict] = {}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +43,7 @@ def restarted_run(submission, scratch: Path) -> dict:
         folder = scratch / f"run{len(_RUNS)}"
         folder.mkdir()
         (folder / PARTIAL).write_bytes(b"a save that died halfway")  # must be ignored
-        run = submission.function("run_under_torchrun")(str(folder), STEPS, EVERY, KILL_AFTER, _free_port())
+        run = submission.function("run_under_torchrun")(str(folder), STEPS, EVERY, KILL_AFTER, free_port())
         _RUNS[id(submission)] = {**run, "folder": folder}
     return _RUNS[id(submission)]
 
