@@ -6,9 +6,10 @@ ever being judged on a machine the tests themselves keep busy:
 - first, alone: the tests that read a timed verdict (marked `timed`, among them the reference's
   timed checks graded on their own, `reference_timed_results`), then the corpus (which loads the
   machine itself, and grades its timed cases alone first), beside which the solutions are then
-  graded in full (`solutions_results`: its timed checks mostly give no verdict there, and the
-  tests read the quiet verdicts instead);
-- then the rest, while heavy fixtures of theirs that only run the tools (nbgrader's round trip,
+  graded in full (`solutions_results`, in a grading server of its own: its timed checks mostly
+  give no verdict there, and the tests read the quiet verdicts instead);
+- then the rest, the tests that read the solutions' grading last (it is still running when the
+  corpus ends), while heavy fixtures of theirs that only run the tools (nbgrader's round trip,
   the notebooks, the class of the batch tests, ...) are computed one after another in the
   background (`prefetched`): a test that needs one before it started computes it itself.
 """
@@ -51,8 +52,15 @@ def _lane(item: pytest.Item) -> int:
     return 1 if item.path.stem in ALONE_THEN else 2
 
 
+def _waits_for_the_solutions(item: pytest.Item) -> bool:
+    """Whether the test reads the solutions' full grading: the last lane runs those last, so
+    that the rest of it runs while that grading finishes."""
+    return _lane(item) == 2 and "solutions_results" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=_lane)  # stable: files and tests keep their order within a lane
+    # stable: files and tests keep their order within a lane
+    items.sort(key=lambda item: (_lane(item), _waits_for_the_solutions(item)))
 
 
 _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
@@ -79,7 +87,8 @@ def prefetched(function: Callable[[Path], Any]) -> Callable[[pytest.TempPathFact
 
 def grade_the_solutions_in_the_background(factory: pytest.TempPathFactory) -> None:
     """Start the solutions' full grading (solutions_results) in a thread of its own, once: the
-    corpus starts it after its timed cases, the last lane if the corpus is not run."""
+    corpus starts it after its timed cases, the last lane if the corpus is not run and a test
+    of that lane reads it."""
     if not _SOLUTIONS:
         _SOLUTIONS.append(_BESIDE_THE_CORPUS.submit(_grade_solutions, factory.mktemp("solutions")))
 
@@ -88,7 +97,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if _lane(item) < 2 or any(future for _, future in _PREFETCHED.values()):
         return
     factory = item.config._tmp_path_factory  # the session's tmp_path_factory, from a hook
-    grade_the_solutions_in_the_background(factory)
+    if any(_waits_for_the_solutions(test) for test in item.session.items):
+        grade_the_solutions_in_the_background(factory)
     wanted = {test.path.stem for test in item.session.items}
     for key, (job, _) in _PREFETCHED.items():
         if job.__module__ in wanted:
@@ -156,25 +166,28 @@ class GradingServer:
         self.log.close()
 
 
-_server: list[GradingServer] = []
-_SERVER_LOCK = threading.Lock()
+# Two servers: the solutions' full grading (minutes, a thread of its own) has one to itself, so
+# that the other gradings (variants, stubs) never queue behind it.
+_SERVERS: dict[str, GradingServer] = {}
+_SERVER_LOCKS = {"main": threading.Lock(), "solutions": threading.Lock()}
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _close_the_grading_server():
+def _close_the_grading_servers():
     yield
-    for server in _server:
+    for server in _SERVERS.values():
         server.close()
 
 
-def grade_json(submission: Path | str, *args: str, out: Path, timeout: float = 900) -> dict:
+def grade_json(submission: Path | str, *args: str, out: Path, timeout: float = 900, server: str = "main") -> dict:
     """Grade and return the Gradescope-shaped results; fail with the grader's output if it broke.
-    Runs `python -m grader grade` in the session's grading server (the CLI, in one process)."""
+    Runs `python -m grader grade` in one of the session's grading servers (the CLI, in one
+    process): "main", or "solutions" for the solutions' full grading."""
     command = ["grade", "--submission", str(submission), "--format", "json", "--out", str(out), *args]
-    with _SERVER_LOCK:  # the solutions' grading (a thread of its own) shares the server
-        if not _server or _server[0].process.poll() is not None:
-            _server[:] = [GradingServer()]
-        code, stderr = _server[0].run(command, timeout)
+    with _SERVER_LOCKS[server]:  # one grading at a time in each server
+        if server not in _SERVERS or _SERVERS[server].process.poll() is not None:
+            _SERVERS[server] = GradingServer()
+        code, stderr = _SERVERS[server].run(command, timeout)
     assert code == 0, f"grader exited {code}:\n{stderr[-3000:]}"
     return json.loads(out.read_text())
 
@@ -227,7 +240,9 @@ def assert_only_failing(tests: dict[str, dict], *failing: str) -> None:
 
 
 def _grade_solutions(folder: Path) -> dict:
-    return grade_json(ROOT / "solutions", "--time-limit", str(LOADED_TIME_LIMIT_S), out=folder / "results.json")
+    return grade_json(
+        ROOT / "solutions", "--time-limit", str(LOADED_TIME_LIMIT_S), out=folder / "results.json", server="solutions"
+    )
 
 
 @pytest.fixture(scope="session")

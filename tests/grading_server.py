@@ -1,11 +1,12 @@
-"""One grading process for the whole test session: `python -m grader ARGS`, run in-process.
+"""A grading process that serves a whole test session: `python -m grader ARGS`, run in-process.
 
     python tests/grading_server.py        then, per line on stdin: a JSON list of ARGS
 
 Each request runs `grader.cli.main(ARGS)` exactly as the command line would, with a fresh run
 seed (unless GRADER_SEED pins it), and answers a line `GRADED <exit status>` on stdout. Started
-once by tests/conftest.py, it pays the interpreter, torch, pytest and the zygote once instead of
-once per grading; each grading still gets workers of its own.
+by tests/conftest.py (twice: one for the solutions' full grading), it pays the interpreter,
+torch, pytest and the zygote once instead of once per grading; each grading still gets workers
+of its own.
 """
 
 from __future__ import annotations

@@ -136,6 +136,19 @@ def test_a_rank_that_returned_while_others_wait_is_named(probe):
     assert "(rank 1 had already returned)" in error.message, error.message
 
 
+def test_a_deadlock_on_a_machine_too_busy_for_a_quiet_look_is_still_a_deadlock_at_the_limit(probe, monkeypatch):
+    """On a loaded machine some thread of the ranks is always runnable, so the early look waits
+    for a quiet moment that may not come before the limit (simulated here: every thread reads
+    as running). At the limit the stacks alone decide: ranks that all wait in communication,
+    with no byte moving, are reported as the deadlock they are, not as a slow call."""
+    monkeypatch.setattr("grader.sandbox.pool.any_thread_running", lambda pid: True)
+    probe.function("ready").spmd(3, [()] * 3)
+    seconds, error = timed(lambda: probe.function("receive_first").spmd(3, [(torch.ones(4),)] * 3, time_limit_s=3))
+    assert error is not None and error.kind == "deadlock", f"expected a deadlock at the 3 s limit, got {error}"
+    assert seconds >= 3, f"reported after {seconds:.1f} s: the early look must wait while threads run"
+    assert "the cycle: rank 0 waits for rank 2" in error.message, error.message
+
+
 def test_a_rank_that_sleeps_before_sending_is_not_a_deadlock(probe):
     """Rank 1 waits in recv for 2.5 s, with no byte moving: rank 0 is asleep, not communicating."""
     result = probe.function("sleep_then_send").spmd(2, [(torch.full((2,), 7.0), 2.5), (torch.zeros(2), 2.5)])

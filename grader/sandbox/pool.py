@@ -49,6 +49,7 @@ OUTPUT_READ_LIMIT = 2**20
 STACK_DUMP_WAIT_S = 0.5
 # After one rank fails, how long the others get to finish before they count as hung on it.
 GRACE_AFTER_ERROR_S = 2.0
+LAST_LOOK_STILL_S = 0.5  # at the limit: no byte moved for this long, look at the stacks
 CANCEL = b"cancel"
 
 
@@ -371,16 +372,29 @@ class World:
                 replies[worker.rank] = (message, framed_size(payload))
                 if grace_on_error and message[0] == "error":
                     deadline = min(deadline, time.monotonic() + GRACE_AFTER_ERROR_S)
+        if watch and pending and not dead and self.deadlock is None and self._io_total() == moved:
+            # The limit came before a quiet moment to look: on a busy machine some thread is
+            # always runnable. Ranks that all sit in communication with nothing moving are
+            # deadlocked, not slow, whatever the machine's load.
+            still_s = time.monotonic() - still_since
+            if still_s >= LAST_LOOK_STILL_S:
+                self.deadlock = self._deadlock(list(pending.values()), replies, still_s, busy_machine=True)
         return replies, dead
 
     def _io_total(self) -> int:
         return sum(io_bytes(w.process.pid) for w in self.workers)
 
     def _deadlock(
-        self, hung: list[WorkerProcess], replies: dict[int, tuple[Any, int]], still_s: float
+        self,
+        hung: list[WorkerProcess],
+        replies: dict[int, tuple[Any, int]],
+        still_s: float,
+        busy_machine: bool = False,
     ) -> Deadlock | None:
-        """A Deadlock when every rank in `hung` is blocked in a communication call, else None."""
-        if any(any_thread_running(w.process.pid) for w in self.workers):
+        """A Deadlock when every rank in `hung` is blocked in a communication call, else None.
+        Before the limit a runnable thread means "look again later" (a rank waiting only for
+        the CPU moves no byte either); at the limit (`busy_machine`) the stacks alone decide."""
+        if not busy_machine and any(any_thread_running(w.process.pid) for w in self.workers):
             return None
         stacks = {}
         for worker in hung:

@@ -1,11 +1,14 @@
 """Hidden suite: the promises of the zero docstrings that the other files leave untested
 (tests/spec/promises.toml maps every promise to its tests): every condition of each documented
-ValueError, one bad argument per call, and ShardedOptimizer's skipping of parameters that got
-no gradient, against torch.optim.AdamW run here on the same model (reference.py's make_model),
-and fully_shard's zero padding when a layer does not divide by the world size, against
-torch.autograd on the unsharded model here."""
+ValueError, one bad argument per call; ShardedOptimizer's skipping of parameters that got no
+gradient, against torch.optim.AdamW run here on the same model (reference.py's make_model), and
+its split by bytes of parameters of three dtypes; fully_shard's zero padding when a layer does
+not divide by the world size, and its integer inputs left uncast under a compute dtype, both
+against torch.autograd on the unsharded model here."""
 
 from __future__ import annotations
+
+from copy import deepcopy
 
 import pytest
 import torch
@@ -159,4 +162,73 @@ def test_fully_shard_pads_layers_that_do_not_divide_by_the_world_size(submission
             assert grad is not None, f"{where}: flat_shard.grad is None after backward"
             assert_matches(
                 grad, grad_chunk, f"{where}: flat_shard.grad (the average over ranks of chunk {rank})", 1e-10, 1e-12
+            )
+
+
+@pytest.mark.points(2)
+def test_sharded_optimizer_splits_parameters_of_mixed_dtypes_by_bytes(submission):
+    """Docstring: "split over the p ranks of the group with partition_by_bytes (sizes in bytes)".
+    Two ranks, three parameters whose bytes and element counts order them differently: 60 float64
+    (480 bytes), 100 float32 (400) and 200 float16 (400). By bytes rank 0 owns the float64 one and
+    rank 1 the other two; by element count (or elements over element size) the float16 one goes
+    first, to rank 0. The parameters each rank's inner optimizer holds are read from its
+    param_groups right after construction (no step: float16 AdamW needs none)."""
+    shapes = {torch.float64: (6, 10), torch.float32: (10, 10), torch.float16: (20, 10)}
+    params = [nn.Parameter(torch.zeros(shape, dtype=dtype)) for dtype, shape in shapes.items()]
+    sizes = [p.numel() * p.element_size() for p in params]
+    steps = [
+        Step("ShardedOptimizer", (params, torch.optim.AdamW, 1), {"lr": 0.1}, save_as="opt", send_back=False),
+        Step("opt.optimizer.param_groups.copy"),
+    ]
+    groups = [rank[-1] for rank in submission.script_spmd(2, [steps, steps]).steps]
+    expected = {0: [torch.float64], 1: [torch.float32, torch.float16]}  # partition_by_bytes(sizes, 2)
+    for rank, rank_groups in enumerate(groups):
+        owned = sorted((p.dtype for group in rank_groups for p in group["params"]), key=str)
+        assert owned == sorted(expected[rank], key=str), (
+            f"ShardedOptimizer over 3 parameters of {sizes} bytes ({', '.join(map(str, shapes))}) on 2 ranks: "
+            f"rank {rank}'s inner optimizer holds the {owned} ones, partition_by_bytes gives it the "
+            f"{expected[rank]} ones: pass each parameter's size in bytes (numel * element_size) to partition_by_bytes"
+        )
+
+
+@pytest.mark.points(2)
+def test_fully_shard_leaves_integer_inputs_uncast(submission):
+    """Docstring: "cast the layer's floating-point tensor inputs to compute_dtype": an integer input
+    stays as it is. Two ranks, an Embedding(11, 16) then a Linear(16, 8), float32, sharded with
+    compute_dtype=bfloat16 and fed token ids (int64): casting the ids to bfloat16 makes the
+    embedding refuse them. Each rank's flat_shard.grad after one backward of the output's sum
+    (in float32) against the same recipe rank by rank here (torch.autograd on a bfloat16 copy,
+    gradients cast to float32 and averaged), to bfloat16's rounding."""
+    world_size, dtype = 2, torch.bfloat16
+    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=generator("fsdp-tokens-seed"))))
+    model = nn.Sequential(nn.Embedding(11, WIDTH), nn.Linear(WIDTH, 8))
+    tokens = torch.randint(0, 11, (world_size, 2, 3), generator=generator("fsdp-tokens"))
+    steps = [
+        [
+            Step("fully_shard", (model, dtype), save_as="model", send_back=False),
+            Step("model.forward", (tokens[rank],), save_as="y", send_back=False),
+            Step("y.float", save_as="y32", send_back=False),
+            Step("y32.sum", save_as="loss", send_back=False),
+            Step("loss.backward", send_back=False),
+            *(Step(f"model.{layer}.flat_shard.grad.clone") for layer in ("0", "1")),
+        ]
+        for rank in range(world_size)
+    ]
+    got = [rank[-2:] for rank in submission.script_spmd(world_size, steps).steps]
+    grads = []
+    for rank in range(world_size):
+        layers = [deepcopy(layer).to(dtype) for layer in model]
+        nn.Sequential(*layers)(tokens[rank]).float().sum().backward()
+        grads.append([torch.cat([p.grad.float().reshape(-1) for p in layer.parameters()]) for layer in layers])
+    for index in range(2):
+        full = (grads[0][index] + grads[1][index]) / world_size
+        padded = F.pad(full, (0, -full.numel() % world_size))
+        for rank, chunk in enumerate(padded.chunk(world_size)):
+            assert_matches(
+                got[rank][index],
+                chunk,
+                f"fully_shard(Embedding -> Linear, compute_dtype=bfloat16) fed int64 token ids, rank {rank}: "
+                f"flat_shard.grad of layer {index} (cast only floating-point inputs; the ids stay int64)",
+                1e-2,
+                1e-2,
             )
