@@ -27,6 +27,9 @@ from typing import Protocol
 # either way); 33-57% with two CPU-bound processes beside it, enough to flip a ratio whose waste
 # is waiting.
 CONTENTION_LIMIT = 0.25
+# Words in the names of the timed checks (a time ratio), and only of those: every other
+# performance check counts (bytes, memory, operators, FLOPs) and reads the same on any machine.
+TIMED_CHECK_WORDS = ("time_within", "at_least_2x")
 # Past this in the warm-up round, a measurement is not attempted: on a quiet machine other
 # processes never take three quarters of the CPUs for the length of a call and its reference.
 SATURATED = 0.75

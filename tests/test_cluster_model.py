@@ -114,6 +114,9 @@ def test_all_to_all_blocks_are_n_over_p():
     assert result.link_bytes[("nic_out", 0, 0)] == 2 * nbytes / p  # to GPUs 2 and 3
 
 
+COPY = (0, 1, 0, 1, "copy")
+
+
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
@@ -133,7 +136,8 @@ def test_all_to_all_blocks_are_n_over_p():
         (schedule([(2, [(0, 1, 0, 1, "copy")])], [0, 1], 8, 1), "receives 0 of its transfers"),
         (schedule([(1, [(0, 4, 0, 1, "copy")])], [0, 4], 8, 1), "the cluster has 4"),
         (schedule([(10**9, [(0, 1, 0, 1, "copy"), (1, 0, 1, 3, "copy")])], [0, 1], 8, 3), "different sizes"),
-        (schedule([(1, [(0, 1, 0, 1, "copy")] * 5_000_001)] * 2, [0, 1], 8, 1), "more than 10,000,000"),
+        # 1 + 10,000,000 transfers: the second step's length takes the total over, before its transfers are read
+        (schedule([(1, [COPY]), (1, [COPY] * 10_000_000)], [0, 1], 8, 1), "more than 10,000,000"),
     ],
 )
 def test_a_malformed_schedule_is_refused_with_what_is_wrong(bad, message):

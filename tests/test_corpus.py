@@ -46,8 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import TIMED_CHECKS, TIMED_SELECT, grade_the_solutions_in_the_background
+from conftest import TIMED_SELECT, grade_the_solutions_in_the_background
 
+from grader.perf import TIMED_CHECK_WORDS
 from grader.report import FORMATS, render
 from grader.results import PASSED, SKIPPED, UNMEASURED, GradeReport
 from grader.sandbox.landlock import landlock_available, signals_scoped
@@ -95,7 +96,7 @@ class Case:
     @property
     def timed(self) -> bool:
         """Whether the case is graded on a timed check (which needs a quiet machine)."""
-        return any(word in self.select for word in TIMED_CHECKS)
+        return any(word in self.select for word in TIMED_CHECK_WORDS)
 
 
 def load_case(path: Path) -> Case:

@@ -13,8 +13,9 @@ from conftest import ROOT, prefetched, run_grader
 
 from grader.cli import main
 from grader.course import load_course
-from grader.delivery.mutants import load_equivalents, module_mutants, sample
+from grader.delivery.mutants import graded_statuses, load_equivalents, module_mutants, sample
 from grader.delivery.mutation_operators import OPERATORS, fenced_regions, mutants
+from grader.perf import TIMED_CHECK_WORDS
 from grader.usage import UsageError
 
 SOURCE = '''\
@@ -185,3 +186,25 @@ def test_a_known_bad_mutant_is_killed_end_to_end(tmp_path_factory):
     assert verdicts[run["id"]]["status"] == "killed" and verdicts[run["id"]]["killed_by"]
     assert report["killed"] + report["survived"] + report["equivalent"] == 3
     assert f"mutants of moe: {report['generated']} generated, 3 taken" in completed.stdout
+
+
+@pytest.mark.parametrize("counted_perf", [False, True], ids=["correctness-only", "perf"])
+def test_perf_adds_the_counted_checks_and_never_the_timed_ones(monkeypatch, counted_perf):
+    """--perf grades the performance checks that count (a mutant that only wastes memory is seen
+    there) but deselects every timed one (their verdict depends on the load); without it, no
+    performance check at all. Read from the arguments handed to the grading itself."""
+    calls = []
+
+    def grade(course, modules, submission, **options):
+        calls.append(options)
+        return type("Report", (), {"tests": []})()
+
+    monkeypatch.setattr("grader.runner.grade", grade)
+    graded_statuses(load_course(), "moe", None, "", 0, counted_perf)
+    (options,) = calls
+    assert options["perf"] is counted_perf, options
+    if counted_perf:
+        select = options["select"]
+        assert select.startswith("not (") and all(word in select for word in TIMED_CHECK_WORDS), select
+    else:
+        assert options.get("select") is None, options

@@ -1,15 +1,17 @@
 """`python -m grader mutants MODULE`: how well do the tests catch a wrong solution? (instructor-only)
 
-    python -m grader mutants MODULE [--limit N] [--seed S] [--jobs N] [--id ID ...] [--out FILE]
+    python -m grader mutants MODULE [--limit N] [--seed S] [--jobs N] [--id ID ...] [--perf] [--out FILE]
 
 Each mutant is the reference solution with one small change inside its fenced code (`<` for
 `<=`, a dropped statement, `sum` for `mean`, ...: grader/delivery/mutation_operators.py). Each
 is graded like a submission (public tests and hidden suite, `--no-perf`: a mutant is about
 correctness, with course.toml's time limit per call, so a mutant that hangs is stopped and
-killed). A mutant is killed when a test that the unchanged reference passes does not pass; one
-that passes everything survived: either the tests miss a real bug, or the change cannot be seen
-by any input the docstring allows (an equivalent mutant). Equivalent ones are listed, each with
-a one-line reason, in tests/mutants/<module>.toml:
+killed). --perf adds the counted performance checks (bytes, memory, operators, FLOPs), which
+alone see a mutant that only wastes, such as a buffer no longer freed; never the timed ones,
+whose verdict depends on the machine's load. A mutant is killed when a test that the unchanged
+reference passes does not pass; one that passes everything survived: either the tests miss a
+real bug, or the change cannot be seen by any input the docstring allows (an equivalent
+mutant). Equivalent ones are listed, each with a one-line reason, in tests/mutants/<module>.toml:
 
     [[equivalent]]
     id = "routing.py:56:27:constant:-1"
@@ -52,6 +54,7 @@ from typing import Any
 
 from grader.course import COURSE_ROOT, Course, load_course
 from grader.delivery.mutation_operators import Mutant, mutants
+from grader.perf import TIMED_CHECK_WORDS
 from grader.results import PASSED, SKIPPED
 from grader.usage import UsageError
 
@@ -73,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample and of the grading (default 0)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="mutants graded at once (default 1)")
     parser.add_argument("--id", action="append", dest="ids", metavar="ID", help="grade only this mutant (repeatable)")
+    parser.add_argument(
+        "--perf", action="store_true", help="also grade the counted performance checks (never the timed ones)"
+    )
     parser.add_argument("--out", metavar="FILE", help="also write the report as JSON")
 
 
@@ -92,11 +98,11 @@ def run(course: Course, options: argparse.Namespace) -> int:
     to_grade = [m for m in chosen if m.id not in equivalents]
     print(f"{module}: {len(every)} mutants, grading {len(to_grade)}", file=sys.stderr, flush=True)
     try:
-        verdicts = grade_mutants(course, module, to_grade, options.seed, options.jobs)
+        verdicts = grade_mutants(course, module, to_grade, options.seed, options.jobs, options.perf)
     except KeyboardInterrupt:
         print("grader: mutants: interrupted, no report", file=sys.stderr)
         return 130
-    report = Report(module, len(every), options.limit, options.seed, time.perf_counter() - started)
+    report = Report(module, len(every), options.limit, options.seed, time.perf_counter() - started, options.perf)
     report.stale = sorted(set(equivalents) - {m.id for m in every})
     for mutant in chosen:
         if mutant.id in equivalents:
@@ -198,9 +204,12 @@ def _run_seed(seed: int) -> Iterator[None]:
         grader.testing.RUN_SEED = saved
 
 
-def graded_statuses(course: Course, module: str, file: str | None, text: str, seed: int) -> dict[str, str]:
+def graded_statuses(
+    course: Course, module: str, file: str | None, text: str, seed: int, counted_perf: bool = False
+) -> dict[str, str]:
     """{test name: status} of the module's solution graded with `file` replaced by `text` (the
-    reference itself when file is None), without performance checks, in this process."""
+    reference itself when file is None), in this process: without performance checks, or with
+    the counted ones (`counted_perf`) and never the timed ones."""
     from grader.runner import grade  # pytest and the sandbox: only when grading
 
     with tempfile.TemporaryDirectory(prefix="mutant-") as folder:
@@ -209,7 +218,8 @@ def graded_statuses(course: Course, module: str, file: str | None, text: str, se
         if file is not None:
             (submission / module / file).write_text(text)
         with _run_seed(seed), _interruptible():
-            report = grade(course, [module], submission, perf=False)
+            select = f"not ({' or '.join(TIMED_CHECK_WORDS)})" if counted_perf else None
+            report = grade(course, [module], submission, perf=counted_perf, select=select)
     return {test.name: test.status for test in report.tests}
 
 
@@ -239,14 +249,16 @@ def _caches(folder: str, names: list[str]) -> list[str]:
 Grade = Callable[[str | None, str], dict[str, str]]  # (file or None for the reference, its text) -> statuses
 
 
-def grade_mutants(course: Course, module: str, todo: list[Mutant], seed: int, jobs: int) -> dict[str, Result]:
+def grade_mutants(
+    course: Course, module: str, todo: list[Mutant], seed: int, jobs: int, counted_perf: bool = False
+) -> dict[str, Result]:
     """Grade the reference once (the tests a mutant must keep passing), then every mutant."""
     verdicts: dict[str, Result] = {}
     if not todo:
         return verdicts
     jobs = min(jobs, len(todo))
     lock = threading.Lock()
-    with _grader(course, module, seed, jobs) as grade:
+    with _grader(course, module, seed, jobs, counted_perf) as grade:
         passing = _reference_passes(grade(None, ""), module)
 
         def judge(mutant: Mutant) -> None:
@@ -278,10 +290,10 @@ def _reference_passes(statuses: dict[str, str], module: str) -> list[str]:
 
 
 @contextmanager
-def _grader(course: Course, module: str, seed: int, jobs: int) -> Iterator[Grade]:
+def _grader(course: Course, module: str, seed: int, jobs: int, counted_perf: bool) -> Iterator[Grade]:
     """Grading in this process (jobs 1), or in whichever of `jobs` grading processes is free."""
     if jobs == 1:
-        yield lambda file, text: graded_statuses(course, module, file, text, seed)
+        yield lambda file, text: graded_statuses(course, module, file, text, seed, counted_perf)
         return
     processes = [GradingProcess(course.root) for _ in range(jobs)]
     idle: Queue[GradingProcess] = Queue()
@@ -291,7 +303,7 @@ def _grader(course: Course, module: str, seed: int, jobs: int) -> Iterator[Grade
     def grade_in_one(file: str | None, text: str) -> dict[str, str]:
         process = idle.get()
         try:
-            return process.grade({"module": module, "file": file, "text": text, "seed": seed})
+            return process.grade({"module": module, "file": file, "text": text, "seed": seed, "perf": counted_perf})
         finally:
             idle.put(process)
 
@@ -334,7 +346,9 @@ def serve() -> None:
     course = load_course(COURSE_ROOT)
     for line in sys.stdin:
         request = json.loads(line)
-        statuses = graded_statuses(course, request["module"], request["file"], request["text"], request["seed"])
+        statuses = graded_statuses(
+            course, request["module"], request["file"], request["text"], request["seed"], request["perf"]
+        )
         replies.write(json.dumps(statuses) + "\n")
         replies.flush()
 
@@ -349,6 +363,7 @@ class Report:
     limit: int | None
     seed: int
     seconds: float
+    perf: bool = False  # the counted performance checks were graded too
     results: list[Result] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # equivalent ids no longer generated
 
@@ -372,7 +387,8 @@ class Report:
         if len(self.results) < self.generated:
             sampled = f" (--limit {self.limit}, seed {self.seed})" if self.limit else " (chosen with --id)"
         lines = [
-            f"mutants of {self.module}: {self.generated} generated, {len(self.results)} taken{sampled}",
+            f"mutants of {self.module}: {self.generated} generated, {len(self.results)} taken{sampled}"
+            + (", graded with the counted performance checks" if self.perf else ""),
             f"killed {self.count(KILLED)}, survived {self.count(SURVIVED)}, equivalent {self.count(EQUIVALENT)}",
             f"kill rate of the non-equivalent: {rate}",
             f"time: {self.seconds:.0f} s ({self.seconds_per_mutant:.1f} s a mutant)",
@@ -392,6 +408,7 @@ class Report:
             "taken": len(self.results),
             "limit": self.limit,
             "seed": self.seed,
+            "perf": self.perf,
             "killed": self.count(KILLED),
             "survived": self.count(SURVIVED),
             "equivalent": self.count(EQUIVALENT),
