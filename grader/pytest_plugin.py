@@ -93,6 +93,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         # worker gone. Leave now, with pytest's exit status, rather than wait a second for the
         # interpreter to tear torch down.
         close_zygotes()
+        if (scratch := sys.modules.get("grader.sandbox.scratch")) is not None:
+            scratch.remove()  # its atexit would never run
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(int(session.exitstatus))

@@ -3,6 +3,7 @@ function to implement and its file; the CLI's exit status and messages."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -127,6 +128,17 @@ def test_public_tests_run_straight_with_pytest_against_the_stubs():
     assert completed.returncode == 1, completed.stdout[-2000:]
     assert "ring_allreduce is not implemented yet: implement it in assignments/collectives/ring.py" in completed.stdout
     assert "INTERNALERROR" not in completed.stdout
+
+
+def test_public_tests_run_straight_with_pytest_leave_no_folder_behind(tmp_path):
+    """A student's `pytest assignments/reliability` ends with a quick exit (no atexit): the folder
+    its tests hand to workers (grader/sandbox/scratch.py, in TMPDIR) is removed all the same."""
+    command = [sys.executable, "-m", "pytest", "assignments/reliability", "-q", "-k", "youngs"]
+    command += ["-p", "no:cacheprovider"]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert "1 failed" in completed.stdout and "not implemented yet" in completed.stdout, completed.stdout[-2000:]
+    assert not list(tmp_path.glob("grader-scratch-*")), f"left behind in TMPDIR: {sorted(tmp_path.iterdir())}"
 
 
 def test_public_tests_run_the_files_of_the_checkout_they_are_in(tmp_path):

@@ -19,10 +19,7 @@ the official client.) `make grade` gives the score.
 
 from __future__ import annotations
 
-import atexit
 import math
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -30,12 +27,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.run import get_args_parser, parse_min_max_nnodes
 
 from grader.models.flight_recorder import record_dumps
+from grader.sandbox import scratch  # imported before any worker starts: the workers can read its folders
 from grader.testing import assert_matches
-
-# Made now, before any worker starts: a sandboxed worker may read only what existed when it was
-# sandboxed, so each test's folder is made inside this one.
-SCRATCH = Path(tempfile.mkdtemp(prefix="reliability-public-"))
-atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 
 
 def test_youngs_interval_for_llama3s_mtbf(submission):
@@ -88,8 +81,8 @@ def test_a_step_trace_splits_into_compute_exposed_communication_and_idle(submiss
 
 
 def test_a_checkpoint_saved_by_two_ranks_loads_on_one_and_in_dcp(submission):
-    with tempfile.TemporaryDirectory(dir=SCRATCH) as folder:
-        _save_on_two_and_load(submission, Path(folder))
+    with scratch.folder("public-") as folder:
+        _save_on_two_and_load(submission, folder)
 
 
 def _save_on_two_and_load(submission, tmp_path):
@@ -107,8 +100,8 @@ def _save_on_two_and_load(submission, tmp_path):
 
 
 def test_the_async_checkpoint_holds_the_state_at_the_save(submission):
-    with tempfile.TemporaryDirectory(dir=SCRATCH) as folder:
-        _train_and_read_back(submission, Path(folder))
+    with scratch.folder("public-") as folder:
+        _train_and_read_back(submission, folder)
 
 
 def _train_and_read_back(submission, tmp_path):

@@ -16,8 +16,7 @@ import pytest
 import torch
 
 from grader.perf import Timing, best_ratio, interleaved_ratio, require_reliable
-from grader.sandbox import Group, SubmissionError
-from grader.suites.reliability import scratch
+from grader.sandbox import Group, SubmissionError, scratch
 from grader.suites.reliability.checkpoint_reference import chunks, full_state, rows_of, shards, spoil_chunks_not_needed
 from grader.testing import assert_matches, expect_exception
 
@@ -29,7 +28,7 @@ RESHARDS = [(4, 2), (2, 4), (4, 3), (1, 4), (3, 1)]
 
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:
-    """A folder of the test's own that the workers can read, removed after it (scratch.py;
+    """A folder of the test's own that the workers can read, removed after it (grader/sandbox/scratch.py;
     pytest's tmp_path would leave its pytest-of-<user> folder in the grader's TMPDIR)."""
     with scratch.folder("checkpoint-") as path:
         yield path

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from grader.sandbox import SubmissionError
-from grader.suites.reliability import scratch as suite_scratch
+from grader.sandbox import scratch as worker_folders
 from grader.suites.reliability.k8s_reference import free_port
 from grader.suites.reliability.restart_reference import states
 from grader.testing import expect_exception
@@ -27,8 +27,8 @@ _RUNS: dict[int, dict] = {}
 
 @pytest.fixture(scope="module")
 def scratch() -> Iterator[Path]:
-    """This file's folder, which the workers can read, removed after its tests (scratch.py)."""
-    with suite_scratch.folder("restart-") as path:
+    """This file's folder, which the workers can read, removed after its tests (grader/sandbox/scratch.py)."""
+    with worker_folders.folder("restart-") as path:
         yield path
 
 
