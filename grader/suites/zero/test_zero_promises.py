@@ -4,7 +4,8 @@ ValueError, one bad argument per call; ShardedOptimizer's skipping of parameters
 gradient, against torch.optim.AdamW run here on the same model (reference.py's make_model), and
 its split by bytes of parameters of three dtypes; fully_shard's zero padding when a layer does
 not divide by the world size, and its integer inputs left uncast under a compute dtype, both
-against torch.autograd on the unsharded model here."""
+against torch.autograd on the unsharded model here, and the layers left with no view of the
+gathered vector after forward and backward."""
 
 from __future__ import annotations
 
@@ -232,3 +233,42 @@ def test_fully_shard_leaves_integer_inputs_uncast(submission):
                 1e-2,
                 1e-2,
             )
+
+
+@pytest.mark.points(1)
+def test_fully_shard_leaves_no_parameter_tensor_on_the_layers_after_forward_and_backward(submission):
+    """Docstring: after forward, "drop every reference to the gathered vector", and "the original
+    parameters are removed from the layer". Two ranks, the given MLP in float64, one forward and
+    backward: each layer's weight and bias (attributes the forward gave back as views of the
+    gathered vector) read None or are gone, in the module's __dict__ and its _parameters. A view
+    kept there holds the gathered vector's storage (emptied or not) and hands the next reader a
+    tensor with no memory behind it."""
+    world_size = 2
+    state = {k: v.double() for k, v in make_state("plain", "fsdp-views").items()}
+    x = torch.randn(world_size, WIDTH, generator=generator("fsdp-views"), dtype=torch.float64)
+    layers = ("inp", "hidden", "out")
+    steps = [
+        Step("make_model", ("plain", WIDTH), save_as="model", send_back=False),
+        Step("model.double", send_back=False),
+        Step("model.load_state_dict", (state,), send_back=False),
+        Step("fully_shard", (Saved("model"),), send_back=False),
+        Step("model.forward", (x,), save_as="y", send_back=False),
+        Step("y.sum", save_as="loss", send_back=False),
+        Step("loss.backward", send_back=False),
+    ]
+    names = [f"{layer}.{name}" for layer in layers for name in ("weight", "bias")]
+    for index, (table, name) in enumerate((table, name) for table in ("__dict__", "_parameters") for name in names):
+        layer, attribute = name.split(".")
+        steps += [  # the type's name only: a view of an emptied storage cannot be sent back
+            Step(f"model.{layer}.{table}.get", (attribute,), save_as=f"kept{index}", send_back=False),
+            Step(f"kept{index}.__class__.__name__.__str__"),
+        ]
+    kept = [rank[-24:][1::2] for rank in submission.script_spmd(world_size, [steps] * world_size).steps]
+    where = [f"{name} (an attribute)" for name in names] + [f"{name} (a parameter)" for name in names]
+    for rank, types in enumerate(kept):
+        left = [f"{name}: a {kind}" for name, kind in zip(where, types) if kind != "NoneType"]
+        assert not left, (
+            f"world={world_size}, the MLP, after one forward and backward: rank {rank}'s layers still hold "
+            f"{', '.join(left)}; after the layer ran, set each parameter back to None (the layer keeps only "
+            f"flat_shard) so that no view of the gathered vector outlives forward"
+        )
