@@ -8,15 +8,12 @@
 # message: still hold inp\.weight \(an attribute\): a Tensor
 
 
-def _forward_keeping_the_views(self, *args, **kwargs):
-    args, kwargs = [self.cast(a) for a in args], {k: self.cast(v) for k, v in kwargs.items()}
-    self.full = _GatherLayer.apply(self.layer.flat_shard, self)
-    self.set_parameters(self.full)
-    with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
-        out = self.forward(*args, **kwargs)
-    _free(self.full)
-    self.full = None
-    return out
+_set_parameters = _ShardedLayer.set_parameters
 
 
-_ShardedLayer.sharded_forward = _forward_keeping_the_views
+def _never_removes_the_views(self, full):
+    if full is not None:  # after the layer ran: its weight and bias stay views of the freed vector
+        _set_parameters(self, full)
+
+
+_ShardedLayer.set_parameters = _never_removes_the_views
