@@ -159,25 +159,33 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_student_past_the_wall_limit_is_stopped_with_every_process_it_started(tmp_path):
+    """The student forks 8 hanging processes at import; the batch stops it at --student-limit and
+    none of the 8 outlives it. A loaded machine may not reach the forks within 15 s (the grader
+    imports torch first): then the try is repeated once with a 45 s limit."""
     submissions, pids = tmp_path / "submissions", tmp_path / "pids"
     pids.mkdir()
     shutil.copytree(ROOT / "solutions" / "attention", submissions / "zed" / "attention")
     with open(submissions / "zed" / "attention" / "reference.py", "a") as file:
         file.write(FORK_AND_HANG.format(folder=str(pids)))
-    started = time.perf_counter()
-    batch("--submissions", str(submissions), "--out", str(tmp_path / "out"), "--student-limit", "15", *GRADE)
-    assert time.perf_counter() - started < 60, "the batch did not stop the hanging student at its limit"
-    row = grades(tmp_path / "out")["zed"]
-    assert row == {
-        "attention": "",
-        "total": "0",
-        "max": "100",
-        "status": "error: grading took longer than 15 s and was stopped",
-    }
-    forked = [int(p.name) for p in pids.iterdir()]
-    assert len(forked) == 8, f"{len(forked)} of 8 forked processes started: the machine is too slow for a 15 s limit"
-    survivors = [pid for pid in forked if _alive(pid)]
-    assert not survivors, f"processes the student forked outlived its grading: {survivors}"
+    for limit in (15, 45):
+        out = tmp_path / f"out-{limit}"
+        started = time.perf_counter()
+        batch("--submissions", str(submissions), "--out", str(out), "--student-limit", str(limit), *GRADE)
+        assert time.perf_counter() - started < limit + 45, f"the batch did not stop the hanging student at {limit} s"
+        assert grades(out)["zed"] == {
+            "attention": "",
+            "total": "0",
+            "max": "100",
+            "status": f"error: grading took longer than {limit} s and was stopped",
+        }
+        forked = [int(p.name) for p in pids.iterdir()]
+        survivors = [pid for pid in forked if _alive(pid)]
+        assert not survivors, f"processes the student forked outlived its grading ({limit} s): {survivors}"
+        if len(forked) == 8:
+            return
+        for stale in pids.iterdir():
+            stale.unlink()
+    pytest.fail(f"{len(forked)} of 8 forked processes started within 45 s: the machine is too slow for this test")
 
 
 def test_the_kubernetes_indexed_job_runs_its_shard_of_the_class(tmp_path):
