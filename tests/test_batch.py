@@ -46,8 +46,8 @@ def make_class(root: Path) -> Path:
     return submissions
 
 
-def batch(*args: str) -> subprocess.CompletedProcess:
-    completed = run_grader("batch", *args, timeout=300)
+def batch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    completed = run_grader("batch", *args, timeout=300, env=env)
     assert completed.returncode == 0, f"batch exited {completed.returncode}:\n{completed.stdout}\n{completed.stderr}"
     return completed
 
@@ -160,17 +160,20 @@ def _alive(pid: int) -> bool:
 
 def test_a_student_past_the_wall_limit_is_stopped_with_every_process_it_started(tmp_path):
     """The student forks 8 hanging processes at import; the batch stops it at --student-limit and
-    none of the 8 outlives it. A loaded machine may not reach the forks within 15 s (the grader
-    imports torch first): then the try is repeated once with a 45 s limit."""
-    submissions, pids = tmp_path / "submissions", tmp_path / "pids"
+    none of the 8 outlives it, nor any temporary folder of its grader. A loaded machine may not
+    reach the forks within 15 s (the grader imports torch first): then the try is repeated once
+    with a 45 s limit."""
+    submissions, pids, temporary = tmp_path / "submissions", tmp_path / "pids", tmp_path / "tmp"
     pids.mkdir()
+    temporary.mkdir()
     shutil.copytree(ROOT / "solutions" / "attention", submissions / "zed" / "attention")
     with open(submissions / "zed" / "attention" / "reference.py", "a") as file:
         file.write(FORK_AND_HANG.format(folder=str(pids)))
     for limit in (15, 45):
         out = tmp_path / f"out-{limit}"
         started = time.perf_counter()
-        batch("--submissions", str(submissions), "--out", str(out), "--student-limit", str(limit), *GRADE)
+        arguments = ("--submissions", str(submissions), "--out", str(out), "--student-limit", str(limit), *GRADE)
+        batch(*arguments, env={"TMPDIR": str(temporary)})
         assert time.perf_counter() - started < limit + 45, f"the batch did not stop the hanging student at {limit} s"
         assert grades(out)["zed"] == {
             "attention": "",
@@ -181,6 +184,8 @@ def test_a_student_past_the_wall_limit_is_stopped_with_every_process_it_started(
         forked = [int(p.name) for p in pids.iterdir()]
         survivors = [pid for pid in forked if _alive(pid)]
         assert not survivors, f"processes the student forked outlived its grading ({limit} s): {survivors}"
+        left = sorted(path.name for path in temporary.iterdir())
+        assert not left, f"the stopped grading left temporary folders behind: {left} (grade_student in batch.py)"
         if len(forked) == 8:
             return
         for stale in pids.iterdir():

@@ -17,14 +17,18 @@ from conftest import ROOT, prefetched
 from grader.course import load_course
 
 MODULES = list(load_course().modules)
+TORCH_CACHES = ("torchinductor_",)  # torch's compile cache, kept on purpose
 AT_ONCE = 2  # notebooks executed together: each mostly waits on its kernel and workers starting
 
 
-async def _execute(module: str, folder: Path, at_once: asyncio.Semaphore) -> tuple[str, Path]:
+async def _execute(module: str, folder: Path, at_once: asyncio.Semaphore) -> tuple[str, Path, list[str]]:
     """Run assignments/<module>/<module>.ipynb with nbclient in a kernel of its own, grading
-    against the solutions; (what went wrong, or "", the executed notebook)."""
+    against the solutions; (what went wrong, or "", the executed notebook, what the kernel left
+    in its TMPDIR once shut down)."""
     path = ROOT / "assignments" / module / f"{module}.ipynb"
     out = folder / f"{module}.ipynb"
+    temporary = folder / f"{module}-tmp"
+    temporary.mkdir()
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
@@ -32,19 +36,22 @@ async def _execute(module: str, folder: Path, at_once: asyncio.Semaphore) -> tup
     failure = ""
     async with at_once:
         try:
-            await client.async_execute(env={**os.environ, "GRADER_SUBMISSION": str(ROOT / "solutions")})
+            await client.async_execute(
+                env={**os.environ, "GRADER_SUBMISSION": str(ROOT / "solutions"), "TMPDIR": str(temporary)}
+            )
         except Exception as error:  # a cell's error, a dead kernel or a timeout: the test shows it
             failure = f"{type(error).__name__}: {error}"[-3000:]
     nbformat.write(notebook, out)
-    return failure, out
+    left = sorted(p.name for p in temporary.iterdir() if not p.name.startswith(TORCH_CACHES))
+    return failure, out, left
 
 
 @prefetched
-def execute_every_notebook(folder: Path) -> dict[str, tuple[str, Path]]:
+def execute_every_notebook(folder: Path) -> dict[str, tuple[str, Path, list[str]]]:
     """Every notebook, AT_ONCE at a time, driven from this process (one event loop, a kernel
     process per notebook), not from a Python process of its own per notebook."""
 
-    async def every() -> list[tuple[str, Path]]:
+    async def every() -> list[tuple[str, Path, list[str]]]:
         at_once = asyncio.Semaphore(AT_ONCE)
         return await asyncio.gather(*(_execute(module, folder, at_once) for module in MODULES))
 
@@ -52,7 +59,7 @@ def execute_every_notebook(folder: Path) -> dict[str, tuple[str, Path]]:
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, Path]]:
+def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, Path, list[str]]]:
     return execute_every_notebook(tmp_path_factory)
 
 
@@ -63,8 +70,12 @@ def test_notebook_runs_against_the_solutions(module, executed):
     assert all(not cell.get("outputs") for cell in committed.cells if cell.cell_type == "code"), (
         f"{path} is committed with outputs; clear them"
     )
-    failure, out = executed[module]
+    failure, out, left = executed[module]
     assert not failure, failure
+    assert not left, (
+        f"the kernel left {left} in its temporary folder: it was killed at shutdown before its atexit "
+        "handlers ran (a zombie child process holds ipykernel's shutdown), or the notebook does not clean up"
+    )
     notebook = json.loads(out.read_text())
     errors = [o for c in notebook["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors

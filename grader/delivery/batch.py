@@ -36,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -298,21 +299,28 @@ def grade_student(
     _clear(out)
     partial = out / f"{RESULTS}.partial"
     partial.unlink(missing_ok=True)
-    with open(out / LOG, "w") as log:
-        process = subprocess.Popen(
-            _command(student, modules, options, partial),
-            cwd=course.root,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # one group per student: a stop takes the whole grading
-        )
-        try:
-            code = process.wait(timeout=options.student_limit)
-        except subprocess.TimeoutExpired:
-            _kill_tree(process)
-            reason = f"error: grading took longer than {options.student_limit:g} s and was stopped"
-            return Outcome(student, reason, seconds=time.perf_counter() - wall)
+    # The grader's temporary folders (its worlds', its zygotes') go into one folder of the
+    # student's, removed here: a grader killed at --student-limit cannot remove its own.
+    temporary = tempfile.mkdtemp(prefix="grader-student-")
+    try:
+        with open(out / LOG, "w") as log:
+            process = subprocess.Popen(
+                _command(student, modules, options, partial),
+                cwd=course.root,
+                env={**os.environ, "TMPDIR": temporary},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # one group per student: a stop takes the whole grading
+            )
+            try:
+                code = process.wait(timeout=options.student_limit)
+            except subprocess.TimeoutExpired:
+                _kill_tree(process)
+                reason = f"error: grading took longer than {options.student_limit:g} s and was stopped"
+                return Outcome(student, reason, seconds=time.perf_counter() - wall)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
     seconds = time.perf_counter() - wall
     reason = _failure(code, partial, out / LOG)
     if reason:

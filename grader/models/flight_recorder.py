@@ -182,6 +182,8 @@ class _Forks:
         self.process = subprocess.Popen(
             [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
         )
+        # Reaped as soon as it exits: a Jupyter kernel waits for its zombie children at shutdown.
+        threading.Thread(target=self.process.wait, name="fork-server-reaper", daemon=True).start()
 
     @classmethod
     def get(cls) -> _Forks:

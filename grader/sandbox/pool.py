@@ -20,6 +20,7 @@ included, and the grader reads at most OUTPUT_READ_LIMIT bytes of what it printe
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -271,6 +273,16 @@ def _tail(text: str, lines: int = 12) -> str:
     return "\n".join("    " + line for line in kept)
 
 
+_open_worlds: weakref.WeakSet[World] = weakref.WeakSet()
+
+
+@atexit.register
+def close_open_worlds() -> None:
+    """Worlds a notebook kept between calls end with its kernel: workers killed, folder removed."""
+    for world in list(_open_worlds):
+        world.close()
+
+
 class World:
     """N workers (ranks) that run one call at a time, together."""
 
@@ -293,6 +305,7 @@ class World:
         self.watch_deadlocks = distributed and device == "cpu"
         self.submission = submission.resolve() if submission else None
         self.workdir = Path(tempfile.mkdtemp(prefix=f"grader-world{size}-"))
+        _open_worlds.add(self)
         options = {
             "world_size": size,
             "device": device,

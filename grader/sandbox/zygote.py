@@ -251,6 +251,10 @@ class Zygote:
                 env={**environment, marker: MARKER_PLACEHOLDER},
             )
         theirs.close()
+        # Reaped the moment it exits, whoever stopped it: a zombie child keeps a Jupyter kernel
+        # from shutting down (ipykernel waits for its children to be gone, then is killed
+        # before its atexit handlers, which remove this folder, ever run).
+        threading.Thread(target=self.process.wait, name="zygote-reaper", daemon=True).start()
         self.pid = 0  # known once it said "ready": the first request waits for that
 
     def _await_ready(self) -> None:
