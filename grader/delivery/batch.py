@@ -11,7 +11,8 @@ module). An nbgrader course directory itself may be given: its `submitted/` is u
 
 Every student is graded by its own `python -m grader grade --format json` process in its own
 process group, so a crash, hang or memory blow-up stays with that student: a grader that fails or
-runs past --student-limit is killed with every process it started and becomes an error row.
+runs past --student-limit is killed with every process it started and becomes an error row; its
+temporary folders go with it (each grader gets a TMPDIR of its own, removed after it).
 
 --out receives `grades.csv` (student, one score column per module, total, max, status) and per
 student `results.json` (Gradescope shape), `feedback.md`, `feedback.html`, `grading.json` (the
