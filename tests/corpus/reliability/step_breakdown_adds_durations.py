@@ -2,8 +2,8 @@
 nested operator counts twice, and so do two collectives running at once."""
 
 # target: slow.py
-# select: built_trace or real_profiler
-# fails: nested compute|two collectives|real_profiler
+# select: built_trace
+# fails: nested compute|two collectives
 # kind:
 # message: Unions of intervals
 
