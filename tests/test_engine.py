@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -147,10 +148,18 @@ def test_what_a_worker_changes_in_memory_stays_in_its_world(probe):
     assert not probe.function("torch_is_poisoned")(), "a new world must fork from the untouched zygote"
 
 
-def test_a_dead_zygote_is_replaced_for_the_next_world(probe):
+def test_a_dead_zygote_is_reaped_at_once_and_replaced_for_the_next_world(probe):
+    """A zygote killed from outside (ipykernel kills its kernel's children at shutdown, then waits
+    for them to be gone) is reaped at once, never left a zombie; the next world gets a new one."""
     first = probe.function("parent")()
     os.kill(first, signal.SIGKILL)
-    os.waitpid(first, 0)
+    deadline = time.monotonic() + 10
+    while _state(first) != "gone" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _state(first) == "gone", (
+        f"the killed zygote is still there in state {_state(first)} (Z: a zombie nobody reaped; "
+        "the reaper thread of Zygote in grader/sandbox/zygote.py)"
+    )
     probe.restart()
     second = probe.function("parent")()
     assert second != first and second == _zygote_pid()
