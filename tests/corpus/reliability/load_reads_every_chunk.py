@@ -3,7 +3,7 @@ but each rank reads the whole checkpoint."""
 
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: checkpoint.py
-# select: overlap or (loads_on_another and 4-2)
+# select: chunks_that_overlap or (loads_on_another and 4-2)
 # fails: test_each_rank_reads_only_the_chunks_that_overlap_its_rows
 # kind:
 # message: reads chunks it does not need

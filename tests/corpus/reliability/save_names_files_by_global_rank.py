@@ -3,7 +3,7 @@ is 0, so nobody writes .metadata, and the files are named __1_0 and __3_0."""
 
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: checkpoint.py
-# select: subgroup or (loads_on_another and 4-2)
+# select: checkpoint and subgroup or (loads_on_another and 4-2)
 # fails: test_a_checkpoint_saved_in_a_subgroup
 # kind:
 # message: files named by the rank within the group
