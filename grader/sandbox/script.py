@@ -56,7 +56,7 @@ class Step:
     kwargs: dict[str, Any] = field(default_factory=dict)
     save_as: str | None = None  # keep the result in the worker under this name
     send_back: bool = True  # return the result to the grader (False for models, caches, ...)
-    measure: tuple[str, ...] = ()  # probes to run around this step: "flops", "ops", "largest"
+    measure: tuple[str, ...] = ()  # probes to run around this step (grader/sandbox/probes.py PROBES)
 
     @property
     def receiver(self) -> str | None:

@@ -101,6 +101,8 @@ def _grader_functions() -> dict[str, Any]:
                 watched[f"{cls.__module__}.{cls.__name__}.{attr}"] = member
     watched["torch.save"] = torch.save
     watched["torch.load"] = torch.load
+    watched["os.fsync"] = os.fsync  # the fsyncs probe counts the calls that reach it
+    watched["os.fdatasync"] = os.fdatasync
     return watched
 
 

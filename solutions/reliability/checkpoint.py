@@ -109,7 +109,9 @@ def write_shard(state: State, path: str | os.PathLike, rank: int) -> dict[str, d
     """Write this rank's shards to `path/__{rank}_0.distcp` (creating `path` if needed): for each
     name of `state` in sorted order, its tensor as one torch.save blob, right after the previous
     one; a tensor of 0 rows writes no blob. The file holds only this rank's rows: torch.save of a
-    view writes the whole storage behind it, so save a copy of just the shard.
+    view writes the whole storage behind it, so save a copy of just the shard. Before returning,
+    flush the file and os.fsync it, as DCP's FileSystemWriter does (sync_files=True): until then
+    its bytes may be only in the page cache, and a crash of the node would lose them.
 
     Returns, per name, {"rows": its number of rows, "trailing": its shape after dim 0 (a tuple),
     "dtype", "file": the file's name (not the path), "byte_offset": where its blob starts,
@@ -134,6 +136,8 @@ def write_shard(state: State, path: str | os.PathLike, rank: int) -> dict[str, d
             start = out.tell()
             torch.save(tensor.clone(), out)  # clone: a storage of the shard's bytes only
             records[name] = {**record, "byte_offset": start, "byte_length": out.tell() - start}
+        out.flush()
+        os.fsync(out.fileno())  # on the disk before commit writes .metadata, which names this file
     return records
     ### END SOLUTION
 
