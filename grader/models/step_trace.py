@@ -96,6 +96,7 @@ def _rank(rank: int, world_size: int, folder: str, port: int) -> None:
 def _main(folder: str, world_size: int) -> None:
     import socket
 
+    import torch._dynamo  # noqa: F401 - the profiler imports it on first use (2-3 s of CPU): once, before the fork
     import torch.multiprocessing as mp
 
     with socket.socket() as probe:  # a free port for the rendezvous
