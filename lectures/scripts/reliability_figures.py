@@ -4,7 +4,7 @@
 
 Writes reliability_failures.png, reliability_goodput.png and reliability_reshard.png into DIR
 (default: <repo>/lectures/figures) and prints the numbers the lecture quotes. Deterministic, no
-network, about a second.
+network, a few seconds (checkpoint.py imports torch).
 
 The MTBF, the intervals and the goodput come from the course's own solutions/reliability/
 interval.py, the row layout from solutions/reliability/checkpoint.py, so the figures show what
