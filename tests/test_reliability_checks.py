@@ -1,7 +1,8 @@
 """Module reliability: every performance check both ways. The reference passes; a checkpointer
-whose shard is saved as a view writes the whole model; an async checkpointer that writes before
-returning holds training as long as DCP's synchronous save; one that writes the live tensors
-returns at once but checkpoints later values."""
+whose shard is saved as a view writes the whole model; an async checkpointer that writes (and
+fsyncs) before returning holds training about 0.7 as long as DCP's synchronous save, against a
+limit of 0.25, so one measurement decides; one that writes the live tensors returns at once but
+checkpoints later values."""
 
 from __future__ import annotations
 
