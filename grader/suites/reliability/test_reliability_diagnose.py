@@ -156,6 +156,17 @@ def test_a_rank_whose_buffer_holds_nothing_is_missing_from_the_first_collective(
     check(submission.function("diagnose")(dumps), want, "healthy dumps with rank 2's entries emptied")
 
 
+@pytest.mark.points(1)
+def test_a_group_that_no_member_used_is_no_disagreement(submission):
+    """The healthy job, with a group {1, 2} that ranks 1 and 2 created but never used (in
+    their pg_config, in no entry): nothing disagrees on it, so the job is still ok."""
+    dumps = fresh("healthy")
+    name = str(1 + max(int(group) for dump in dumps for group in dump["pg_config"]))
+    for rank in (1, 2):
+        dumps[rank]["pg_config"][name] = {"name": name, "desc": "unused_pair_1_2", "ranks": "[1, 2]"}
+    check(submission.function("diagnose")(dumps), EXPECTED["healthy"], f"healthy dumps with an unused group {name!r}")
+
+
 @pytest.mark.points(2)
 def test_the_majority_decides_even_against_rank_0(submission):
     """Rank 0 is the odd one (the analyzer, which compares with rank 0, would blame 1, 2, 3)."""

@@ -97,7 +97,29 @@ def test_every_checkpoint_is_whole_and_holds_the_model_the_optimizer_and_the_pos
         assert state["optimizer"]["state"], f"{name}: the optimizer's state (momentum buffers) is empty"
 
 
+@pytest.mark.points(2)
+def test_a_world_of_one_already_joined_checkpoints_after_every_step(submission, scratch):
+    """train_with_restarts(dir, 3, 1) on a world of one rank whose process group is already
+    joined (no torchrun): it trains as the uninterrupted run of one rank does and writes a
+    checkpoint after each of the 3 steps (every = 1 is a valid interval)."""
+    folder = scratch / "every-step"
+    folder.mkdir()
+    final = submission.function("train_with_restarts").spmd(1, [(str(folder), 3, 1)]).outputs[0]
+    names = sorted(path.name for path in folder.iterdir())
+    assert names == [f"step_{step:06d}.pt" for step in (1, 2, 3)], (
+        f"every = 1: expected the checkpoints of steps 1, 2 and 3, found {names}"
+    )
+    want = states(3, world_size=1)[-1]
+    assert isinstance(final, dict) and not _same(final, want), (
+        f"on one rank after 3 steps the parameters differ from the uninterrupted run's in "
+        f"{_same(final if isinstance(final, dict) else {}, want)} (train_with_restarts' docstring: the step)"
+    )
+
+
 @pytest.mark.points(1)
 @pytest.mark.parametrize(("steps", "every"), [(0, 2), (5, 0)])
 def test_a_run_of_no_step_or_no_checkpoint_interval_raises_value_error(submission, scratch, steps, every):
-    expect_exception("ValueError", lambda: submission.function("train_with_restarts")(str(scratch), steps, every))
+    """On a world of one rank already joined, so that no other error (torch.distributed's own
+    ValueError for a missing RANK, outside torchrun) can stand in for the check."""
+    call = submission.function("train_with_restarts")
+    expect_exception("ValueError", lambda: call.spmd(1, [(str(scratch), steps, every)]))
