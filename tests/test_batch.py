@@ -160,9 +160,10 @@ def _alive(pid: int) -> bool:
 
 def test_a_student_past_the_wall_limit_is_stopped_with_every_process_it_started(tmp_path):
     """The student forks 8 hanging processes at import; the batch stops it at --student-limit and
-    none of the 8 outlives it, nor any temporary folder of its grader. A loaded machine may not
+    none of them outlives it, nor any temporary folder of its grader. A loaded machine may not
     reach the forks within 15 s (the grader imports torch first): then the try is repeated once
-    with a 45 s limit."""
+    with a 45 s limit. Within 45 s the grader may time out the first test's import and import the
+    submission again for the next test: 8 more forks, which must be stopped as well."""
     submissions, pids, temporary = tmp_path / "submissions", tmp_path / "pids", tmp_path / "tmp"
     pids.mkdir()
     temporary.mkdir()
@@ -186,11 +187,11 @@ def test_a_student_past_the_wall_limit_is_stopped_with_every_process_it_started(
         assert not survivors, f"processes the student forked outlived its grading ({limit} s): {survivors}"
         left = sorted(path.name for path in temporary.iterdir())
         assert not left, f"the stopped grading left temporary folders behind: {left} (grade_student in batch.py)"
-        if len(forked) == 8:
+        if len(forked) >= 8:  # each import forks 8: at least one import reached the forks
             return
         for stale in pids.iterdir():
             stale.unlink()
-    pytest.fail(f"{len(forked)} of 8 forked processes started within 45 s: the machine is too slow for this test")
+    pytest.fail(f"only {len(forked)} of 8 forked processes started within 45 s: the machine is too slow for this test")
 
 
 def test_the_kubernetes_indexed_job_runs_its_shard_of_the_class(tmp_path):
