@@ -3,7 +3,9 @@ an infinite loop costs seconds, and a correct call slower than the floor still f
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,11 @@ def count_up(n):
 def wait_a_little(seconds):
     time.sleep(seconds)
     return seconds
+
+
+def outlast_the_reference(seconds):
+    time.sleep(seconds)
+    return seconds
 """
 REFERENCE = """
 import time
@@ -35,21 +42,41 @@ def count_up(n):
 def wait_a_little(seconds):
     time.sleep(seconds / 8)
     return seconds
+
+
+def outlast_the_reference(seconds):
+    time.sleep(4 * seconds)
+    return seconds
 """
 CEILING_S = 30.0
+FUNCTIONS = ("count_up", "wait_a_little", "outlast_the_reference")
+
+
+def probe_submission(root: Path) -> Submission:
+    """A student's probe.py graded with a reference of its own (limits.py's `measure`)."""
+    for name, code in (("student", STUDENT), ("reference", REFERENCE)):
+        (root / name).mkdir()
+        (root / name / "probe.py").write_text(code)
+    functions = {n: Function(n, "probe.py", "1. Probe") for n in FUNCTIONS}
+    module = Module("probe", "Probe", "lectures/probe.md", 1, ("probe.py",), functions, CEILING_S, 1024)
+    return Submission(module, root / "student", reference=root / "reference")
 
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> Submission:
-    root = tmp_path_factory.mktemp("limits")
-    for name, code in (("student", STUDENT), ("reference", REFERENCE)):
-        (root / name).mkdir()
-        (root / name / "probe.py").write_text(code)
-    functions = {n: Function(n, "probe.py", "1. Probe") for n in ("count_up", "wait_a_little")}
-    module = Module("probe", "Probe", "lectures/probe.md", 1, ("probe.py",), functions, CEILING_S, 1024)
-    submission = Submission(module, root / "student", reference=root / "reference")
+    submission = probe_submission(tmp_path_factory.mktemp("limits"))
     yield submission
     submission.close()
+
+
+@pytest.fixture
+def thread_errors(monkeypatch) -> list[str]:
+    """What any thread raised and left unhandled while the test ran. Under pytest, such an
+    error is formatted inside the thread, which on Python 3.11 runs ast.parse beside the main
+    thread's (CPython gh-106905: a SystemError in whichever parse finishes second)."""
+    raised: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(f"{args.thread.name}: {args.exc_value!r}"))
+    return raised
 
 
 def test_an_infinite_loop_is_stopped_at_a_multiple_of_the_reference_not_at_the_ceiling(probe):
@@ -81,3 +108,32 @@ def test_the_limit_is_the_ceiling_until_the_reference_is_measured_and_never_abov
     failed.limit_s(FLOOR_S)
     failed.wait(5)
     assert failed.limit_s(FLOOR_S) == 10.0
+
+
+def test_a_measure_that_raises_leaves_the_ceiling_and_raises_nothing_in_its_thread(thread_errors):
+    def broken() -> float:
+        raise OSError("handle is closed")
+
+    limit = ReferenceLimit(10.0, broken)
+    limit.limit_s(FLOOR_S)
+    limit.wait(5)
+    assert limit.limit_s(FLOOR_S) == 10.0
+    assert thread_errors == [], f"the reference's thread raised: {thread_errors}"
+
+
+def test_closing_a_submission_stops_a_reference_run_under_way_cleanly(tmp_path, thread_errors):
+    """The grading ends (close) while the reference still times a call that already returned:
+    its workers are killed, its thread ends without an unhandled error, and no reference world
+    is started after the close (its workers would outlive the grading)."""
+    submission = probe_submission(tmp_path)
+    seconds = FLOOR_S + 0.5  # the reference starts at FLOOR_S and takes 4 x this
+    assert submission.function("outlast_the_reference")(seconds) == seconds
+    running = [t for t in threading.enumerate() if t.name == "reference-limit" and t.is_alive()]
+    assert running, "the reference's run had already ended: the case tests nothing"
+    submission.close()
+    for thread in running:
+        thread.join(10)
+    assert not any(t.is_alive() for t in running), "the reference's thread still runs 10 s after the close"
+    assert thread_errors == [], f"the reference's thread raised: {thread_errors}"
+    with pytest.raises(SubmissionError, match="the grading has ended"):
+        submission._reference.get(1, False)  # what a run still under way would ask for next

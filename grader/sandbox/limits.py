@@ -24,7 +24,11 @@ FACTOR = 20.0  # a correct but slow submission gets this many times the referenc
 
 class ReferenceLimit:
     """The limit of one call: the ceiling until the reference has been timed, then its multiple.
-    `measure()` runs the reference on the same call and returns its seconds (None: it failed)."""
+    `measure()` runs the reference on the same call and returns its seconds (None: it failed).
+    An exception it raises is a failure too, never an error left to the thread's hook: the run
+    may outlive the call and be stopped under it when the grading ends, and pytest's hook
+    formats such an error inside the thread, which on Python 3.11 parses source with ast beside
+    the main thread (CPython gh-106905: a SystemError in a student's test)."""
 
     def __init__(self, ceiling_s: float, measure: Callable[[], float | None]) -> None:
         self.ceiling_s = ceiling_s
@@ -36,6 +40,8 @@ class ReferenceLimit:
     def _run(self) -> None:
         try:
             self._reference_s = self._measure()
+        except Exception:  # the reference is advice: whatever broke its run, the ceiling stays
+            self._reference_s = None
         finally:
             self._measured.set()
 

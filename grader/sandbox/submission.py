@@ -61,13 +61,18 @@ class _Worlds:
             submission=submission, device=device, memory_mb=memory_mb, forbidden=forbidden, hidden=hidden
         )
         self._worlds: dict[tuple[int, bool], World] = {}
+        self._shut = False
+        self._starting = threading.Lock()  # the reference's worlds are started from a thread
 
     def get(self, size: int, distributed: bool) -> World:
-        world = self._worlds.get((size, distributed))
-        if world is None or not world.alive:
-            world = World(size, distributed=distributed, **self._options)
-            self._worlds[(size, distributed)] = world
-        return world
+        with self._starting:
+            if self._shut:
+                raise SubmissionError("start", "", "the grading has ended: no world is started")
+            world = self._worlds.get((size, distributed))
+            if world is None or not world.alive:
+                world = World(size, distributed=distributed, **self._options)
+                self._worlds[(size, distributed)] = world
+            return world
 
     def current(self, size: int, distributed: bool) -> World | None:
         world = self._worlds.get((size, distributed))
@@ -77,6 +82,13 @@ class _Worlds:
         for world in self._worlds.values():
             world.close()
         self._worlds.clear()
+
+    def shut(self) -> None:
+        """Close every world for good: a world being started now is closed once it has started,
+        and none is started after (a reference run still under way in its thread then fails)."""
+        with self._starting:
+            self._shut = True
+            self.close()
 
 
 # What a submission has no business importing or touching: the grader's own code and checks
@@ -427,7 +439,7 @@ class Submission:
     def close(self) -> None:
         self._worlds.close()
         if self._reference is not None:
-            self._reference.close()
+            self._reference.shut()  # a reference run that outlived its call stops here
 
 
 class RemoteFunction:
