@@ -113,12 +113,27 @@ def solution_lines() -> list[str]:
     return sorted(fenced - given)
 
 
+def verdict_lines(course: Path, student: str) -> list[str]:
+    """The verdicts the graded cells printed in `student`'s autograded notebook (grade_cell's
+    lines: "PASSED name", "UNMEASURED name", ...)."""
+    notebook = nbformat.read(course / "autograded" / student / MODULE / f"{MODULE}.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
+    verdict = re.compile(r"\s+(PASSED|FAILED|ERROR|SKIPPED|UNMEASURED) ")
+    return [line.strip() for line in printed.splitlines() if verdict.match(line)]
+
+
 def test_autograde_gives_the_solutions_full_marks_and_the_stubs_zero(course):
     grades = {row["student_id"]: row for row in csv.DictReader((course / "grades.csv").read_text().splitlines())}
     points = load_course().module(MODULE).points
     assert set(grades) == {"solved", "stubbed"}, grades
     solved, stubbed = grades["solved"], grades["stubbed"]
-    assert float(solved["score"]) == float(solved["max_score"]) == points, f"solutions: {solved}"
+    verdicts = verdict_lines(course, "solved")
+    assert verdicts, "the solved notebook's graded cells printed no verdict (grade_cell's lines)"
+    missed = [line for line in verdicts if not line.startswith("PASSED")]
+    if missed and all(line.startswith("UNMEASURED") for line in missed):
+        # a timed check on a machine too busy to judge it is worth no points (README): no verdict here either
+        pytest.skip(f"the machine was too busy to time the solutions' {missed}")
+    assert float(solved["score"]) == float(solved["max_score"]) == points, f"solutions: {solved}; {missed}"
     assert float(stubbed["max_score"]) == points and float(stubbed["score"]) == 0, (
         f"stubs (with a cell patching grade_cell to give full marks): {stubbed}"
     )
