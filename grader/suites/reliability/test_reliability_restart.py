@@ -117,6 +117,22 @@ def test_a_world_of_one_already_joined_checkpoints_after_every_step(submission, 
 
 
 @pytest.mark.points(1)
+def test_a_run_of_one_step_is_valid_and_checkpoints_it(submission, scratch):
+    """train_with_restarts(dir, 1, 1) on a world of one rank already joined: steps = 1 is the
+    least valid run (ValueError is for steps < 1), one step and its checkpoint."""
+    folder = scratch / "one-step"
+    folder.mkdir()
+    final = submission.function("train_with_restarts").spmd(1, [(str(folder), 1, 1)]).outputs[0]
+    names = sorted(path.name for path in folder.iterdir())
+    assert names == ["step_000001.pt"], f"steps = 1, every = 1: expected the checkpoint of step 1, found {names}"
+    want = states(1, world_size=1)[-1]
+    assert isinstance(final, dict) and not _same(final, want), (
+        f"after one step on one rank the parameters differ from the uninterrupted run's in "
+        f"{_same(final if isinstance(final, dict) else {}, want)}"
+    )
+
+
+@pytest.mark.points(1)
 @pytest.mark.parametrize(("steps", "every"), [(0, 2), (5, 0)])
 def test_a_run_of_no_step_or_no_checkpoint_interval_raises_value_error(submission, scratch, steps, every):
     """On a world of one rank already joined, so that no other error (torch.distributed's own
