@@ -55,20 +55,27 @@ OVERLAP_CASES = [
     (1, 32, 8, 128, 2, 989e12, 0.0, 1 / 50e9),
     (1, 32, 32, 128, 2, 989e12, 5e-6, 1 / 50e9),
     (2, 16, 2, 64, 4, 1e12, 1e-5, 1e-9),
+    (1, 8, 8, 64, 2, 1e12, 1e-5, 0.0),  # beta = 0 is allowed: latency alone, sqrt(alpha / quadratic)
+    (1, 8, 8, 64, 2, 1e12, 0.0, 0.0),  # both zero: any block hides its transfer, s_local = 0
 ]
 
 
 @pytest.mark.points(3)
 def test_ring_overlap_condition_is_the_root_of_compute_equals_transfer(submission):
-    got = submission.script([Step("ring_overlap_condition", case) for case in OVERLAP_CASES]).steps[0]
-    for case, answer in zip(OVERLAP_CASES, got):
-        want = reference.ring_overlap_condition(*case)
-        assert answer == pytest.approx(want, rel=1e-9), f"ring_overlap_condition{case}: returned {answer}, want {want}"
+    in_bfloat16 = (1, 32, 8, 128, torch.bfloat16, 989e12, 5e-6, 1 / 50e9)  # element_bytes as a dtype: 2
+    cases = [*OVERLAP_CASES, in_bfloat16]
+    got = submission.script([Step("ring_overlap_condition", case) for case in cases]).steps[0]
+    for case, answer in zip(cases, got):
+        want = reference.ring_overlap_condition(*case[:4], 2 if case is in_bfloat16 else case[4], *case[5:])
+        assert answer == pytest.approx(want, rel=1e-9, abs=1e-12), (
+            f"ring_overlap_condition{case}: returned {answer}, want {want}"
+        )
 
 
 @pytest.mark.points(1)
 def test_ring_overlap_condition_refuses_impossible_hardware(submission):
-    for args in ((1, 8, 8, 64, 2, 0.0, 0.0, 1e-9), (1, 8, 8, 64, 2, 1e12, -1.0, 1e-9)):
+    impossible = [(1, 8, 8, 64, 2, *h) for h in ((0.0, 0.0, 1e-9), (1e12, -1.0, 1e-9), (1e12, 0.0, -1e-9))]
+    for args in impossible:  # no FLOPs per second, a negative latency, a negative time per byte
         try:
             expect_exception("ValueError", lambda args=args: submission.function("ring_overlap_condition")(*args))
         except AssertionError as error:
