@@ -91,7 +91,8 @@ def run_cases(submission, p: int) -> dict:
     key = (id(submission), p)
     if key not in RUNS:
         data = {h: make_data(p, h) for h in HEADS}
-        x = torch.randn(3, 2, 4 * p, 5, generator=generator("cp-zigzag", p), dtype=torch.float64)
+        # 2p chunks of 3 positions: a shard of 6, which cutting in 3 parts instead of 2 tells apart
+        x = torch.randn(3, 2, 6 * p, 5, generator=generator("cp-zigzag", p), dtype=torch.float64)
         steps = []
         for r in range(p):
             mine = [step_for(c, data[c.heads], p, r) for c in CASES]
