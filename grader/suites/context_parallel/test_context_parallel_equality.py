@@ -2,7 +2,8 @@
 world: reference.run_cases), ring attention (contiguous and zigzag), Ulysses and all-gathered K/V,
 causal and not, MHA and GQA, float64, forward and backward: the output and the gradients of q, k
 and v of each rank's shard against F.scaled_dot_product_attention on the whole sequence
-(enable_gqa) cut the same way. zigzag_shard and zigzag_unshard by their definitions."""
+(enable_gqa) cut the same way; every variant again on a world of one rank, where it is plain
+attention. zigzag_shard and zigzag_unshard by their definitions."""
 
 from __future__ import annotations
 
@@ -60,6 +61,14 @@ def test_ulysses_attention_matches_sdpa_on_the_whole_sequence(submission, p):
 @pytest.mark.parametrize("p", [2, 4])
 def test_allgather_kv_attention_matches_sdpa_on_the_whole_sequence(submission, p):
     check_variant(submission, p, "allgather_kv")
+
+
+@pytest.mark.points(2)
+def test_every_variant_on_a_world_of_one_is_attention_on_the_whole_sequence(submission):
+    """A group of one rank holds the whole sequence: every variant, causal and not, forward and
+    backward, equals SDPA with no message to send (a ring of one has no neighbour to pass to)."""
+    for variant in FUNCTION:
+        check_variant(submission, 1, variant)
 
 
 @pytest.mark.points(2)
