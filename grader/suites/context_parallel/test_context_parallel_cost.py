@@ -36,6 +36,10 @@ def test_cp_comm_bytes_matches_the_algorithms(submission):
         assert tuple(answer) == want, (
             f"cp_comm_bytes{case}: returned {tuple(answer)}; the algorithm sends {want} (forward, backward) per rank"
         )
+        assert all(type(n) is int for n in answer), (
+            f"cp_comm_bytes{case}: returned {tuple(answer)}, of types {[type(n).__name__ for n in answer]}: "
+            "the docstring promises exact integers (a / where // belongs gives floats)"
+        )
     want = reference.cp_comm_bytes("ring", 64, 1, 4, 2, 8, 4, 2)
     assert tuple(got[-1]) == want, (
         f"cp_comm_bytes with torch.bfloat16 (2 bytes): returned {tuple(got[-1])}, want {want}"
