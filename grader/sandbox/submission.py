@@ -354,15 +354,14 @@ class Submission:
         return result
 
     def _reference_seconds(self, requests: list[dict[str, Any]], distributed: bool, limit: float) -> float | None:
-        """The reference's time on the very same call (None if it failed, or if the reference's
-        workers are still busy with an earlier call: the ceiling stays)."""
+        """The reference's time on the very same call (None if the reference's workers are still
+        busy with an earlier call; a run that fails raises, which ReferenceLimit takes as no
+        measurement: the ceiling stays)."""
         assert self._reference is not None
         if not self._reference_busy.acquire(blocking=False):
             return None
         try:
             return self._reference.get(len(requests), distributed).call(requests, limit, "the reference").seconds
-        except SubmissionError:
-            return None
         finally:
             self._reference_busy.release()
 
