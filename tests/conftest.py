@@ -32,6 +32,14 @@ import pytest
 
 from grader.perf import TIMED_CHECK_WORDS
 
+# One OpenMP thread in this process and in every process it starts (grading servers, notebook
+# kernels, figure scripts, torchrun's workers): the session keeps both cores busy with processes,
+# and a torch operator split over 2 threads while another process holds a core spins at every
+# barrier, waiting for its descheduled thread. Measured here: the scaling notebook beside one
+# busy process took 159 s (156 CPU s) with 2 threads and 27 s with 1 (20 s alone). The grader's
+# workers run with 1 already (grader/sandbox/zygote.py). Set before anything imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = Path(__file__).resolve().parent / "variants"
 ALONE_THEN = ("test_corpus",)  # after the timed tests, before the background starts
