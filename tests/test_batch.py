@@ -6,6 +6,7 @@ machinery is under test here, not the suites.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import shutil
@@ -214,3 +215,30 @@ def test_the_kubernetes_indexed_job_runs_its_shard_of_the_class(tmp_path):
     assert completed.returncode == 0, completed.stderr
     assert f"(shard 1/{env['SHARDS']})" in completed.stdout, completed.stdout
     assert (tmp_path / "out" / "part-1" / "grades.csv").is_file(), "pod 1 did not write its part"
+
+
+def test_graders_run_at_once_share_the_cores_for_torchs_threads(tmp_path, monkeypatch):
+    """Each of `jobs` graders gets OMP_NUM_THREADS = cores // jobs (at least 1) and its own TMPDIR;
+    an OMP_NUM_THREADS already set is kept (grader_environment in batch.py). The student's grader
+    is replaced by a script that prints what it was given."""
+    from grader.course import load_course
+    from grader.delivery import batch as batch_module
+
+    shown = "import os; print('threads', os.environ['OMP_NUM_THREADS'], 'tmp', os.environ['TMPDIR'])"
+    monkeypatch.setattr(batch_module, "_command", lambda *args: [sys.executable, "-c", shown])
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    student = batch_module.Student("ann", tmp_path, tmp_path, "submission")
+    options = argparse.Namespace(student_limit=60.0)
+
+    def given(jobs: int) -> str:
+        out = tmp_path / f"out-{jobs}"
+        batch_module.grade_student(load_course(), student, ["attention"], options, out, jobs)
+        return (out / batch_module.LOG).read_text()
+
+    assert given(4).startswith("threads 2 tmp "), given(4)
+    assert given(3).startswith("threads 2 tmp "), "8 cores, 3 graders: 2 threads each (rounded down)"
+    assert given(16).startswith("threads 1 tmp "), "more graders than cores: still 1 thread each"
+    assert "grader-student-" in given(2), "each grader's TMPDIR is a folder of its own"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert given(4).startswith("threads 3 tmp "), "an OMP_NUM_THREADS set by the caller is kept"

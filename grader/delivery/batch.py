@@ -12,7 +12,8 @@ module). An nbgrader course directory itself may be given: its `submitted/` is u
 Every student is graded by its own `python -m grader grade --format json` process in its own
 process group, so a crash, hang or memory blow-up stays with that student: a grader that fails or
 runs past --student-limit is killed with every process it started and becomes an error row; its
-temporary folders go with it (each grader gets a TMPDIR of its own, removed after it).
+temporary folders go with it (each grader gets a TMPDIR of its own, removed after it). Each grader
+gets an equal share of the CPU cores for torch's threads (OMP_NUM_THREADS, unless it is set).
 
 --out receives `grades.csv` (student, one score column per module, total, max, status) and per
 student `results.json` (Gradescope shape), `feedback.md`, `feedback.html`, `grading.json` (the
@@ -291,10 +292,21 @@ def _clear(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
 
 
+def grader_environment(temporary: str, jobs: int) -> dict[str, str]:
+    """The environment of one of `jobs` graders run at once: TMPDIR `temporary` and, unless
+    OMP_NUM_THREADS is already set, an equal share of the CPU cores (at least 1) for torch's
+    threads. With torch's default of one thread per core in every grader, an operator whose
+    threads wait for a peer descheduled by another grader spins at its barriers: on 2 cores, one
+    busy process beside a notebook on 2 threads made it 8 times slower."""
+    share = max(1, (os.cpu_count() or 1) // jobs)
+    return {"OMP_NUM_THREADS": str(share), **os.environ, "TMPDIR": temporary}
+
+
 def grade_student(
-    course: Course, student: Student, modules: list[str], options: argparse.Namespace, out: Path
+    course: Course, student: Student, modules: list[str], options: argparse.Namespace, out: Path, jobs: int = 1
 ) -> Outcome:
-    """Grade one student in a subprocess and write their results and feedback into `out`."""
+    """Grade one student in a subprocess (one of `jobs` at once) and write their results and
+    feedback into `out`."""
     started, wall = time.time(), time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     _clear(out)
@@ -308,7 +320,7 @@ def grade_student(
             process = subprocess.Popen(
                 _command(student, modules, options, partial),
                 cwd=course.root,
-                env={**os.environ, "TMPDIR": temporary},
+                env=grader_environment(temporary, jobs),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -337,12 +349,12 @@ def grade_student(
 
 
 def _grade_safely(
-    course: Course, student: Student, modules: list[str], options: argparse.Namespace, out: Path
+    course: Course, student: Student, modules: list[str], options: argparse.Namespace, out: Path, jobs: int
 ) -> Outcome:
     """grade_student, with a failure of the batch's own bookkeeping (a full disk, an unreadable
     folder) turned into an error row for that student rather than the end of the batch."""
     try:
-        return grade_student(course, student, modules, options, out)
+        return grade_student(course, student, modules, options, out, jobs)
     except OSError as error:
         return Outcome(student, f"error: {type(error).__name__}: {error}")
 
@@ -470,7 +482,7 @@ def grade_class(course: Course, options: argparse.Namespace) -> int:
     progress = _Progress(len(todo))
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_grade_safely, course, s, modules, options, out / s.name) for s in todo]
+            futures = [pool.submit(_grade_safely, course, s, modules, options, out / s.name, jobs) for s in todo]
             for future in as_completed(futures):
                 outcome = future.result()
                 outcomes.append(outcome)
