@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, by_name, run_grader
@@ -113,32 +114,33 @@ def test_list_prints_the_syllabus():
         assert function in completed.stdout
 
 
-def test_public_tests_run_straight_with_pytest_against_the_stubs():
-    """A student's `pytest assignments/collectives`: runs, fails with the instruction, no crash."""
-    import subprocess
-    import sys
+@pytest.fixture(scope="module")
+def straight_pytest_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    """A student's `pytest` over the stubs' public tests of collectives and one of reliability
+    (whose test file makes a scratch folder: grader/sandbox/scratch.py), in one process with a
+    TMPDIR of its own: (the run, that TMPDIR). One run serves the two tests below."""
+    temporary = tmp_path_factory.mktemp("straight-pytest")
+    command = [sys.executable, "-m", "pytest", "assignments/collectives", "assignments/reliability", "-q"]
+    command += ["-k", "collectives or youngs", "-p", "no:cacheprovider"]
+    env = {**os.environ, "TMPDIR": str(temporary)}
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env), temporary
 
-    completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "assignments/collectives", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+def test_public_tests_run_straight_with_pytest_against_the_stubs(straight_pytest_run):
+    """A student's `pytest assignments/collectives`: runs, fails with the instruction, no crash."""
+    completed, _ = straight_pytest_run
     assert completed.returncode == 1, completed.stdout[-2000:]
     assert "ring_allreduce is not implemented yet: implement it in assignments/collectives/ring.py" in completed.stdout
     assert "INTERNALERROR" not in completed.stdout
 
 
-def test_public_tests_run_straight_with_pytest_leave_no_folder_behind(tmp_path):
+def test_public_tests_run_straight_with_pytest_leave_no_folder_behind(straight_pytest_run):
     """A student's `pytest assignments/reliability` ends with a quick exit (no atexit): the folder
     its tests hand to workers (grader/sandbox/scratch.py, in TMPDIR) is removed all the same."""
-    command = [sys.executable, "-m", "pytest", "assignments/reliability", "-q", "-k", "youngs"]
-    command += ["-p", "no:cacheprovider"]
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    assert "1 failed" in completed.stdout and "not implemented yet" in completed.stdout, completed.stdout[-2000:]
-    assert not list(tmp_path.glob("grader-scratch-*")), f"left behind in TMPDIR: {sorted(tmp_path.iterdir())}"
+    completed, temporary = straight_pytest_run
+    ran = "FAILED assignments/reliability/test_reliability.py::test_youngs"
+    assert ran in completed.stdout and "job_mtbf_s is not implemented yet" in completed.stdout, completed.stdout[-2000:]
+    assert not list(temporary.glob("grader-scratch-*")), f"left behind in TMPDIR: {sorted(temporary.iterdir())}"
 
 
 def test_public_tests_run_the_files_of_the_checkout_they_are_in(tmp_path):
