@@ -190,6 +190,16 @@ def test_a_stub_is_answered_from_its_source_once_its_file_has_imported(probe, mo
     assert built.value.message.startswith("Unbuilt.__init__ is not implemented yet")
 
 
+def test_still_the_stub_reads_the_source_and_runs_nothing(probe, monkeypatch):
+    """Submission.still_the_stub, which suites ask before preparing costly inputs: from the
+    source alone, before any worker has imported the file."""
+    calls = []
+    monkeypatch.setattr(World, "call", lambda self, *a, **k: calls.append(a[-1]))
+    assert probe.still_the_stub("unwritten") and probe.still_the_stub("Unbuilt")
+    assert not probe.still_the_stub("pid"), "a written function is not the stub"
+    assert calls == [], "still_the_stub must not run the submission"
+
+
 @pytest.mark.parametrize(
     ("source", "stub"),
     [

@@ -256,6 +256,14 @@ class Submission:
         self.module.function(name)  # an unknown name is the test's mistake: fail now
         return RemoteFunction(self, name)
 
+    def still_the_stub(self, name: str) -> bool:
+        """Whether the module-level function or class `name` is certainly still the stub, read
+        from its source without running anything (grader/sandbox/stubs.py; False when unsure).
+        A suite that prepares costly inputs first calls a stub with cheap ones, so that it
+        reports "not implemented" at once."""
+        file = self.module.function(name).file
+        return stub_message(self.directory / file, name, given_names(self.module.name, file)) is not None
+
     def script(self, steps: list[Step], *, return_args: bool = False, time_limit_s: float | None = None) -> CallResult:
         """Run `steps` in order in one worker; result.steps[0] holds each step's result."""
         return self.run([steps], distributed=False, return_args=return_args, time_limit_s=time_limit_s)

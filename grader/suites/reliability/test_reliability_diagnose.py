@@ -44,8 +44,12 @@ def dumps_of(job: str, world_size: int = 4) -> tuple[dict, ...]:
     return tuple(record_dumps(job, world_size))
 
 
-def fresh(job: str, world_size: int = 4) -> list[dict]:
-    """A copy to edit or to send: the recorded dumps stay as recorded."""
+def fresh(submission, job: str, world_size: int = 4) -> list[dict]:
+    """A copy to edit or to send: the recorded dumps stay as recorded. A diagnose that is still
+    the stub is called first with no dump, so that it says "not implemented" before the first
+    job is recorded (which starts the recorder's process: seconds)."""
+    if submission.still_the_stub("diagnose"):
+        submission.function("diagnose")([])
     return copy.deepcopy(list(dumps_of(job, world_size)))
 
 
@@ -83,7 +87,7 @@ def entry(dumps: list[dict], rank: int, group: str, seq: int) -> dict:
 @pytest.mark.points(1.5)
 @pytest.mark.parametrize("job", BROKEN)
 def test_a_broken_job_is_diagnosed_at_its_first_disagreement(submission, job):
-    got = submission.function("diagnose")(fresh(job))
+    got = submission.function("diagnose")(fresh(submission, job))
     check(got, EXPECTED[job], f"job {job!r} (4 ranks; grader/models/flight_recorder.py's docstring says what it does)")
 
 
@@ -92,9 +96,9 @@ def test_a_broken_job_is_diagnosed_at_its_first_disagreement(submission, job):
 def test_the_verdict_agrees_with_torchs_flight_recorder_analyzer(submission, job):
     """torch.distributed.flight_recorder's analyzer on the same dumps: same group, sequence id,
     kind of disagreement and suspects (its culprits: the ranks that differ from rank 0)."""
-    library = first_finding(fresh(job))
+    library = first_finding(fresh(submission, job))
     assert library is not None, f"torch's analyzer found nothing wrong in job {job!r}: the suite's reference is off"
-    got = normalized(submission.function("diagnose")(fresh(job)))
+    got = normalized(submission.function("diagnose")(fresh(submission, job)))
     assert isinstance(got, dict), f"diagnose returns a dict, got {got!r}"
     mine = {
         "status": got.get("status"),
@@ -112,8 +116,9 @@ def test_the_verdict_agrees_with_torchs_flight_recorder_analyzer(submission, job
 @pytest.mark.points(2)
 def test_a_healthy_job_is_ok(submission):
     """All-reduces of three shapes, a broadcast, all-reduces on two pair groups: all matched."""
-    assert first_finding(fresh("healthy")) is None, "torch's analyzer finds the healthy job broken: reference off"
-    got = submission.function("diagnose")(fresh("healthy"))
+    healthy = fresh(submission, "healthy")
+    assert first_finding(healthy) is None, "torch's analyzer finds the healthy job broken: reference off"
+    got = submission.function("diagnose")(fresh(submission, "healthy"))
     check(got, EXPECTED["healthy"], "job 'healthy' (every rank issued the same collectives on every group)")
 
 
@@ -121,7 +126,7 @@ def test_a_healthy_job_is_ok(submission):
 def test_a_skip_in_a_subgroup_names_the_subgroup_not_the_world(submission):
     """Rank 1 skips the 2nd all_reduce of pair {0, 1} and goes on to the world's next collective:
     the world's 4 collectives all match; the pair's seq 2 lacks rank 1."""
-    got = normalized(submission.function("diagnose")(fresh("subgroup_skip")))
+    got = normalized(submission.function("diagnose")(fresh(submission, "subgroup_skip")))
     assert isinstance(got, dict) and got.get("process_group") == PAIR_0_1, (
         f"job 'subgroup_skip': expected the pair group {PAIR_0_1} (the entries' process_group), got "
         f"{got.get('process_group') if isinstance(got, dict) else got!r}: sequence ids count per group, so compare "
@@ -134,12 +139,13 @@ def test_a_skip_in_a_subgroup_names_the_subgroup_not_the_world(submission):
 def test_the_skipping_rank_of_a_world_of_8_is_named(submission):
     """A real job of 8 ranks: rank 7 skips the world's 4th collective."""
     want = dict(EXPECTED["skip_all_reduce"], ranks=[7])
-    check(submission.function("diagnose")(fresh("skip_all_reduce", 8)), want, "job 'skip_all_reduce' on 8 ranks")
+    got = submission.function("diagnose")(fresh(submission, "skip_all_reduce", 8))
+    check(got, want, "job 'skip_all_reduce' on 8 ranks")
 
 
 @pytest.mark.points(1)
 def test_the_order_of_the_dumps_does_not_matter(submission):
-    dumps = fresh("size_mismatch")[::-1]
+    dumps = fresh(submission, "size_mismatch")[::-1]
     check(submission.function("diagnose")(dumps), EXPECTED["size_mismatch"], "job 'size_mismatch', dumps rank 3 first")
 
 
@@ -150,7 +156,7 @@ def test_the_order_of_the_dumps_does_not_matter(submission):
 def test_a_rank_whose_buffer_holds_nothing_is_missing_from_the_first_collective(submission):
     """Rank 2's buffer is empty (it never reached its first collective): world seq 1 lacks it,
     and so does pair {2, 3}'s seq 1 later; the world's comes first."""
-    dumps = fresh("healthy")
+    dumps = fresh(submission, "healthy")
     dumps[2]["entries"] = []
     want = {"status": "missing", "process_group": WORLD, "seq": 1, "op": "gloo:all_reduce", "ranks": [2]}
     check(submission.function("diagnose")(dumps), want, "healthy dumps with rank 2's entries emptied")
@@ -160,7 +166,7 @@ def test_a_rank_whose_buffer_holds_nothing_is_missing_from_the_first_collective(
 def test_a_group_that_no_member_used_is_no_disagreement(submission):
     """The healthy job, with a group {1, 2} that ranks 1 and 2 created but never used (in
     their pg_config, in no entry): nothing disagrees on it, so the job is still ok."""
-    dumps = fresh("healthy")
+    dumps = fresh(submission, "healthy")
     name = str(1 + max(int(group) for dump in dumps for group in dump["pg_config"]))
     for rank in (1, 2):
         dumps[rank]["pg_config"][name] = {"name": name, "desc": "unused_pair_1_2", "ranks": "[1, 2]"}
@@ -170,7 +176,7 @@ def test_a_group_that_no_member_used_is_no_disagreement(submission):
 @pytest.mark.points(2)
 def test_the_majority_decides_even_against_rank_0(submission):
     """Rank 0 is the odd one (the analyzer, which compares with rank 0, would blame 1, 2, 3)."""
-    dumps = fresh("healthy")
+    dumps = fresh(submission, "healthy")
     for name in ("input_sizes", "output_sizes"):
         entry(dumps, 0, "0", 2)[name] = [[64, 4]]
     want = {"status": "mismatched_size", "process_group": WORLD, "seq": 2, "op": "gloo:all_reduce", "ranks": [0]}
@@ -181,7 +187,7 @@ def test_the_majority_decides_even_against_rank_0(submission):
 def test_a_tie_goes_to_the_value_of_the_lowest_rank(submission):
     """Ranks 0, 1 broadcast at world seq 2 and ranks 2, 3 all_reduce: 2 against 2, rank 0's
     value is the expected one."""
-    dumps = fresh("healthy")
+    dumps = fresh(submission, "healthy")
     for rank in (0, 1):
         entry(dumps, rank, "0", 2)["profiling_name"] = "gloo:broadcast"
     want = {"status": "mismatched_op", "process_group": WORLD, "seq": 2, "op": "gloo:broadcast", "ranks": [2, 3]}
@@ -190,7 +196,7 @@ def test_a_tie_goes_to_the_value_of_the_lowest_rank(submission):
 
 @pytest.mark.points(1)
 def test_an_op_mismatch_wins_over_a_size_mismatch_in_the_same_collective(submission):
-    dumps = fresh("healthy")
+    dumps = fresh(submission, "healthy")
     entry(dumps, 1, "0", 4)["profiling_name"] = "gloo:reduce_scatter"
     entry(dumps, 2, "0", 4)["input_sizes"] = [[7]]
     want = {"status": "mismatched_op", "process_group": WORLD, "seq": 4, "op": "gloo:all_reduce", "ranks": [1]}
@@ -201,7 +207,7 @@ def test_an_op_mismatch_wins_over_a_size_mismatch_in_the_same_collective(submiss
 def test_of_two_disagreeing_groups_the_one_issued_first_is_reported(submission):
     """Pair {2, 3}'s seq 1 (record_id 3) differs in dtype, the world's seq 5 (record_id 6) in
     size: the pair's is reported."""
-    dumps = fresh("healthy")
+    dumps = fresh(submission, "healthy")
     entry(dumps, 3, "2", 1)["input_dtypes"] = ["Double"]
     entry(dumps, 1, "0", 5)["input_sizes"] = [[2]]
     want = {"status": "mismatched_dtype", "process_group": ("2", "pair_2_3"), "seq": 1, "op": "gloo:all_reduce",
@@ -212,7 +218,7 @@ def test_of_two_disagreeing_groups_the_one_issued_first_is_reported(submission):
 @pytest.mark.points(1)
 def test_a_rank_that_issued_one_more_collective_makes_the_others_missing(submission):
     """Rank 3 alone issued a world seq 6: ranks 0, 1, 2 never entered it."""
-    dumps = fresh("healthy")
+    dumps = fresh(submission, "healthy")
     extra = copy.deepcopy(entry(dumps, 3, "0", 5))
     extra.update(collective_seq_id=6, record_id=extra["record_id"] + 1)
     dumps[3]["entries"].append(extra)
@@ -223,42 +229,42 @@ def test_a_rank_that_issued_one_more_collective_makes_the_others_missing(submiss
 # ----------------------------------------------------------------------------- refusals
 
 
-def without(key: str) -> list[dict]:
-    dumps = fresh("healthy")
+def without(submission, key: str) -> list[dict]:
+    dumps = fresh(submission, "healthy")
     del dumps[1][key]
     return dumps
 
 
-def other_world_size() -> list[dict]:
-    dumps = fresh("healthy")
+def other_world_size(submission) -> list[dict]:
+    dumps = fresh(submission, "healthy")
     dumps[2]["pg_config"]["0"]["ranks"] = str(list(range(8)))
     return dumps
 
 
-def duplicate_rank() -> list[dict]:
-    dumps = fresh("healthy")
+def duplicate_rank(submission) -> list[dict]:
+    dumps = fresh(submission, "healthy")
     dumps[3]["rank"] = 2
     return dumps
 
 
-def every_rank_and_a_duplicate() -> list[dict]:
+def every_rank_and_a_duplicate(submission) -> list[dict]:
     """All four dumps and a second one of rank 3: every rank is there, and one twice."""
-    dumps = fresh("healthy")
+    dumps = fresh(submission, "healthy")
     return [*dumps, copy.deepcopy(dumps[3])]
 
 
 REFUSALS = [
-    (lambda: [], "an empty list"),
+    (lambda submission: [], "an empty list"),
     (every_rank_and_a_duplicate, "every rank and a second dump of rank 3"),
-    (lambda: without("entries"), "a dump without entries"),
-    (lambda: without("rank"), "a dump without its rank"),
+    (lambda submission: without(submission, "entries"), "a dump without entries"),
+    (lambda submission: without(submission, "rank"), "a dump without its rank"),
     (duplicate_rank, "two dumps of rank 2"),
     (other_world_size, "a dump of a world of 8 among dumps of 4"),
-    (lambda: fresh("healthy")[:3], "rank 3's dump missing"),
+    (lambda submission: fresh(submission, "healthy")[:3], "rank 3's dump missing"),
 ]
 
 
 @pytest.mark.points(0.5)
 @pytest.mark.parametrize(("make", "why"), REFUSALS, ids=[why for _, why in REFUSALS])
 def test_bad_dumps_raise_value_error(submission, make, why):
-    expect_exception("ValueError", lambda: submission.function("diagnose")(make()))
+    expect_exception("ValueError", lambda: submission.function("diagnose")(make(submission)))
