@@ -78,15 +78,9 @@ the odd rank last, each after the previous one's dump is taken. Then every proce
 from __future__ import annotations
 
 import ast
-import atexit
-import contextlib
 import os
 import pickle
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -96,19 +90,20 @@ import torch
 import torch.distributed as dist
 from torch.distributed import FileStore
 
+from grader.models.fork_server import ForkServer
+
 JOBS = ("healthy", "skip_all_reduce", "broadcast_instead", "size_mismatch", "dtype_mismatch", "subgroup_skip")
 
 BUFFER_SIZE = 2000  # TORCH_FR_BUFFER_SIZE: far more entries than any job issues, so no buffer wraps
 TIMEOUT_S = 30.0  # a job that has not dumped by then is reported broken
 SETTLE_S = 1.0  # the longest a rank waits for the recorder to show its completed collectives
-_LOCK = threading.Lock()
 
 
 def record_dumps(job: str, world_size: int = 4) -> list[dict]:
     """Run `job` (one of JOBS, described in this module's docstring) on `world_size` local gloo
     processes and return the flight-recorder dump of each, rank 0 first. Takes well under a
     second once torch is loaded (the first call starts a process that imports it once and forks
-    every job's processes from there).
+    every job's processes from there: grader/models/fork_server.py).
     Raises ValueError for an unknown job or a world size that is not an even number from 2 to 8,
     RuntimeError if a process dies before it has dumped.
     """
@@ -119,16 +114,15 @@ def record_dumps(job: str, world_size: int = 4) -> list[dict]:
     # The workers rendezvous through a file of their own, a store in a fresh temporary folder
     # (no two jobs can collide), and hand their dumps back through it. A file, not a TCPStore:
     # a TCP client's connect now and then stalled for 5 s on a loaded machine.
-    with _LOCK, tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "store")
         store = FileStore(path, -1)
-        forks = _Forks.get()
-        pids = forks.start(job, world_size, path)
-        try:
-            return [_collect(store, rank, pids, forks) for rank in range(world_size)]
-        finally:
-            store.set("release", "1")
-            forks.end(pids)
+        server = ForkServer.get()
+        with server.job(f"{__name__}:_worker", world_size, job, path) as pids:
+            try:
+                return [_collect(store, rank, pids, server) for rank in range(world_size)]
+            finally:
+                store.set("release", "1")
 
 
 def save_dumps(dumps: list[dict], folder: str | os.PathLike, prefix: str = "rank_") -> list[Path]:
@@ -167,81 +161,14 @@ def group_ranks(dump: dict, name: str) -> list[int]:
 # ----------------------------------------------------------------------------- the parent's side
 
 
-class _Forks:
-    """A process that has imported torch once and forks each job's workers from there: four
-    fresh interpreters importing torch would take seconds on a small machine, and forking the
-    caller itself is not safe (the grader and notebooks run threads). multiprocessing's
-    forkserver would do it, but it re-runs the caller's main script in every worker."""
-
-    _running: _Forks | None = None
-
-    def __init__(self) -> None:
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (the workers' stderr, shown when one fails)
-        root = str(Path(__file__).resolve().parents[2])
-        code = f"import sys; sys.path.insert(0, {root!r}); from {__name__} import _serve; _serve()"
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
-        )
-        # Reaped as soon as it exits: a Jupyter kernel waits for its zombie children at shutdown.
-        threading.Thread(target=self.process.wait, name="fork-server-reaper", daemon=True).start()
-
-    @classmethod
-    def get(cls) -> _Forks:
-        if cls._running is None or cls._running.process.poll() is not None:
-            cls._running = cls()
-            atexit.register(cls._running.process.kill)
-        return cls._running
-
-    def start(self, job: str, world_size: int, path: str) -> list[int]:
-        self.process.stdin.write(f"{job} {world_size} {path}\n")
-        self.process.stdin.flush()
-        return [int(pid) for pid in self.process.stdout.readline().split()]
-
-    def end(self, pids: list[int]) -> None:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.process.stdout.readline()  # the server has reaped them
-
-    def tail(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")[-2000:]
-
-
-def _serve() -> None:
-    """The fork server's loop: one line "job world_size store_path" in, the workers' pids out, and a
-    line once they have all exited (the caller kills them when it has their dumps)."""
-    # The recorder's first dump symbolizes the Python stacks of its entries, which loads
-    # torch's symbolizer: seconds. Done once here, every fork inherits it loaded. (It starts no
-    # thread, so forking stays safe.)
-    from torch._C._profiler import gather_traceback, symbolize_tracebacks
-
-    symbolize_tracebacks([gather_traceback(python=True, script=False, cpp=False)])
-    for line in sys.stdin:
-        job, world_size, path = line.split()
-        pids = []
-        for rank in range(int(world_size)):
-            pid = os.fork()
-            if pid == 0:
-                devnull = os.open(os.devnull, os.O_RDWR)
-                os.dup2(devnull, 0)
-                os.dup2(devnull, 1)
-                _worker(job, rank, int(world_size), path)
-            pids.append(pid)
-        print(*pids, flush=True)
-        for pid in pids:
-            os.waitpid(pid, 0)
-        print("done", flush=True)
-
-
-def _collect(store: FileStore, rank: int, pids: list[int], forks: _Forks) -> dict:
+def _collect(store: FileStore, rank: int, pids: list[int], server: ForkServer) -> dict:
     deadline = time.monotonic() + TIMEOUT_S
     key = f"dump/{rank}"
     while not store.check([key]):
-        if forks.process.poll() is not None or time.monotonic() > deadline:
+        if server.process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(
                 f"flight-recorder job: rank {rank} did not dump its trace within {TIMEOUT_S:.0f} s; "
-                f"the workers' stderr:\n{forks.tail()}"
+                f"the workers' stderr:\n{server.tail()}"
             )
         time.sleep(0.002)
     return pickle.loads(store.get(key))
@@ -250,7 +177,18 @@ def _collect(store: FileStore, rank: int, pids: list[int], forks: _Forks) -> dic
 # ----------------------------------------------------------------------------- the workers' side
 
 
-def _worker(job: str, rank: int, world_size: int, path: str) -> None:
+def _prepare() -> None:
+    """Run once in the fork server (grader/models/fork_server.py) before the first job: the
+    recorder's first dump symbolizes the Python stacks of its entries, which loads torch's
+    symbolizer (seconds); loaded there, every rank inherits it. (It starts no thread, so forking
+    stays safe.)"""
+    from torch._C._profiler import gather_traceback, symbolize_tracebacks
+
+    symbolize_tracebacks([gather_traceback(python=True, script=False, cpp=False)])
+
+
+def _worker(rank: int, world_size: int, job: str, path: str) -> None:
+    """Rank `rank` of `job`, forked by the fork server."""
     # The recorder reads its size when the process group is created.
     os.environ["TORCH_FR_BUFFER_SIZE"] = str(BUFFER_SIZE)
     store = FileStore(path, -1)

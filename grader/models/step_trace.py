@@ -26,10 +26,11 @@ The profiler also writes its own span, metadata ("ph": "M") and flow events ("s"
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import socket
 import tempfile
 from pathlib import Path
+
+from grader.models.fork_server import ForkServer
 
 LAYERS, WIDTH, BATCH = 6, 384, 64
 TIMEOUT_S = 120.0
@@ -37,17 +38,19 @@ TIMEOUT_S = 120.0
 
 def record_step_traces(world_size: int = 2) -> dict[str, dict]:
     """Record one training step with and without overlap on `world_size` (2 to 4) local gloo
-    processes, in a fresh Python process (a few seconds: it imports torch); return rank 0's
-    chrome traces as {"overlap": trace, "no_overlap": trace}. Raises ValueError for another
-    world size, RuntimeError if the recording fails."""
+    processes, forked from the process that imported torch once (grader/models/fork_server.py:
+    a few seconds the first time, about one after); return rank 0's chrome traces as
+    {"overlap": trace, "no_overlap": trace}. Raises ValueError for another world size,
+    RuntimeError if the recording fails."""
     if not isinstance(world_size, int) or isinstance(world_size, bool) or not 2 <= world_size <= 4:
         raise ValueError(f"world_size must be 2, 3 or 4, not {world_size!r}")
     with tempfile.TemporaryDirectory() as folder:
-        command = [sys.executable, "-m", "grader.models.step_trace", folder, str(world_size)]
-        root = Path(__file__).resolve().parents[2]
-        done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=TIMEOUT_S)
-        if done.returncode != 0:
-            raise RuntimeError(f"recording the step traces failed:\n{done.stderr[-2000:]}")
+        server = ForkServer.get()
+        with server.job(f"{__name__}:_rank", world_size, folder, _free_port()) as pids:
+            statuses = server.wait(pids, TIMEOUT_S)
+        if statuses != [0] * world_size:
+            ended = f"exit statuses {statuses}" if statuses else f"still running after {TIMEOUT_S:g} s"
+            raise RuntimeError(f"recording the step traces failed ({ended}):\n{server.tail()}")
         return {kind: json.loads((Path(folder) / f"{kind}.json").read_text()) for kind in ("overlap", "no_overlap")}
 
 
@@ -74,13 +77,20 @@ def _train_step(overlap: bool) -> None:
     optimizer.step()
 
 
-def _rank(rank: int, world_size: int, folder: str, port: int) -> None:
+def _prepare() -> None:
+    """Run once in the fork server before the first recording: the profiler imports
+    torch._dynamo on first use (2-3 s of CPU), in the server once rather than in every rank."""
+    import torch._dynamo  # noqa: F401
+
+
+def _rank(rank: int, world_size: int, folder: str, port: str) -> None:
+    """Rank `rank` of a recording, forked by the fork server: rank 0 writes the traces to `folder`."""
     import os
 
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     for overlap in (False, True):
         _train_step(overlap)  # warm-up: the first step allocates and connects
@@ -93,17 +103,8 @@ def _rank(rank: int, world_size: int, folder: str, port: int) -> None:
     dist.destroy_process_group()
 
 
-def _main(folder: str, world_size: int) -> None:
-    import socket
-
-    import torch._dynamo  # noqa: F401 - the profiler imports it on first use (2-3 s of CPU): once, before the fork
-    import torch.multiprocessing as mp
-
-    with socket.socket() as probe:  # a free port for the rendezvous
+def _free_port() -> int:
+    """A free TCP port on 127.0.0.1 for the ranks' rendezvous."""
+    with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    mp.start_processes(_rank, args=(world_size, folder, port), nprocs=world_size, start_method="fork")
-
-
-if __name__ == "__main__":
-    _main(sys.argv[1], int(sys.argv[2]))
+        return probe.getsockname()[1]
