@@ -238,9 +238,9 @@ def as_theta(fit: dict[str, float]) -> torch.Tensor:
     )
 
 
-def runs_from_the_best_starts(n: torch.Tensor, d: torch.Tensor, loss: torch.Tensor, starts: int) -> list[float]:
-    """The objective at the end of L-BFGS (strong Wolfe) from each of the `starts` best points of
-    the Hoffmann et al. grid (6 x 6 x 5 x 5 x 5), best first."""
+def _approach_3_runs(n: torch.Tensor, d: torch.Tensor, loss: torch.Tensor, starts: int):
+    """L-BFGS (strong Wolfe) on huber_log_objective from each of the `starts` best points of the
+    Hoffmann et al. grid (6 x 6 x 5 x 5 x 5), best start first: (end point, objective) of each."""
     grid = torch.tensor(
         list(
             itertools.product(
@@ -256,7 +256,21 @@ def runs_from_the_best_starts(n: torch.Tensor, d: torch.Tensor, loss: torch.Tens
 
     with torch.no_grad():
         ranked = grid[objective(grid).argsort()[:starts]]
-    return [_minimise(objective, start)[1] * HUBER_DELTA for start in ranked]
+    return [(theta, value * HUBER_DELTA) for theta, value in (_minimise(objective, start) for start in ranked)]
+
+
+def runs_from_the_best_starts(n: torch.Tensor, d: torch.Tensor, loss: torch.Tensor, starts: int) -> list[float]:
+    """The objective at the end of L-BFGS (strong Wolfe) from each of the `starts` best points of
+    the Hoffmann et al. grid (6 x 6 x 5 x 5 x 5), best first."""
+    return [value for _, value in _approach_3_runs(n, d, loss, starts)]
+
+
+def approach_3_fit(n: torch.Tensor, d: torch.Tensor, loss: torch.Tensor, starts: int = 4) -> dict[str, float]:
+    """fit_scaling_law's algorithm as its docstring prescribes it, written here: of the runs from
+    the `starts` best grid points, the end point with the lowest objective, as a fit."""
+    theta, _ = min(_approach_3_runs(n, d, loss, starts), key=lambda run: run[1])
+    a, b, e, alpha, beta = theta.tolist()
+    return {"E": math.exp(e), "A": math.exp(a), "B": math.exp(b), "alpha": alpha, "beta": beta}
 
 
 def fit_diagnosis(fit: dict[str, float], n: torch.Tensor, d: torch.Tensor, loss: torch.Tensor) -> str:

@@ -14,6 +14,7 @@ from grader.models.chinchilla import chinchilla_points
 from grader.suites.scaling.reference import (
     CHINCHILLA_BUDGET,
     PUBLISHED_FIT,
+    approach_3_fit,
     as_theta,
     brute_force_optimal,
     fit_diagnosis,
@@ -151,16 +152,34 @@ def test_fit_keeps_the_run_that_ends_at_the_lowest_objective(submission, record_
     )
 
 
+def _recoverable_draw(gen: torch.Generator, noise: float = 3e-4, tries: int = 20):
+    """A drawn truth and its noisy points (synthetic_points) from which the docstring's algorithm
+    recovers the truth within the tolerances (_misses, and the law within 0.2 %): the suite's own
+    approach_3_fit decides. About 3 draws in 100 are not, and are drawn again: L-BFGS from the
+    best 4 grid points ends in a valley hundreds of times worse than the truth's, or the noise
+    leaves alpha, beta or B less determined than the tolerances (the fit's objective is lower
+    than the truth's). (truth, N, D, loss)."""
+    for _ in range(tries):
+        truth = _drawn_truth(gen)
+        n, d, loss = synthetic_points(truth, noise, gen)
+        fit = approach_3_fit(n, d, loss)
+        if not _misses(fit, truth) and (law(fit, n, d) / law(truth, n, d) - 1).abs().max().item() < 2e-3:
+            return truth, n, d, loss
+    raise AssertionError(f"the suite drew {tries} truths that approach 3 does not recover: the suite's error")
+
+
 @pytest.mark.points(6)
 def test_fit_recovers_parameters_of_synthetic_data(submission):
     """Parameters drawn per run (E in [1.5, 2], A in [200, 800], B in [1000, 4000], alpha and
     beta in [0.25, 0.45]); 49 points on a log grid, multiplicative noise of 0.03 %: E within 1 %,
     alpha and beta within 0.005, A and B within 10 %, and the fitted law within 0.2 % of the true
-    loss at every point."""
-    gen = generator("scaling-synthetic")
-    truth = _drawn_truth(gen)
-    n, d, loss = synthetic_points(truth, 3e-4, gen)  # 1e-3 would leave A off by up to 12 %
-    fit = submission.function("fit_scaling_law")(n, d, loss)
+    loss at every point. Only draws that the docstring's algorithm recovers are used (drawn again
+    otherwise: _recoverable_draw)."""
+    fit_scaling_law = submission.function("fit_scaling_law")
+    if submission.still_the_stub("fit_scaling_law"):
+        fit_scaling_law(*_starts_case())  # says "not implemented" before the suite's own fit runs
+    truth, n, d, loss = _recoverable_draw(generator("scaling-synthetic"))  # 1e-3 noise: A off by up to 12 %
+    fit = fit_scaling_law(n, d, loss)
     missed = _misses(fit, truth)
     assert not missed, f"synthetic data from {truth} (noise 0.03 %): your fit has {', '.join(missed)}"
     error = (law(fit, n, d) / law(truth, n, d) - 1).abs().max().item()
