@@ -152,6 +152,11 @@ def test_fit_keeps_the_run_that_ends_at_the_lowest_objective(submission, record_
     )
 
 
+def _law_error(fit: dict[str, float], truth: dict[str, float], n: torch.Tensor, d: torch.Tensor) -> float:
+    """The largest relative distance of fit's law from the true loss over the points."""
+    return (law(fit, n, d) / law(truth, n, d) - 1).abs().max().item()
+
+
 def _recoverable_draw(gen: torch.Generator, noise: float = 3e-4, tries: int = 20):
     """A drawn truth and its noisy points (synthetic_points) from which the docstring's algorithm
     recovers the truth within the tolerances (_misses, and the law within 0.2 %): the suite's own
@@ -163,7 +168,7 @@ def _recoverable_draw(gen: torch.Generator, noise: float = 3e-4, tries: int = 20
         truth = _drawn_truth(gen)
         n, d, loss = synthetic_points(truth, noise, gen)
         fit = approach_3_fit(n, d, loss)
-        if not _misses(fit, truth) and (law(fit, n, d) / law(truth, n, d) - 1).abs().max().item() < 2e-3:
+        if not _misses(fit, truth) and _law_error(fit, truth, n, d) < 2e-3:
             return truth, n, d, loss
     raise AssertionError(f"the suite drew {tries} truths that approach 3 does not recover: the suite's error")
 
@@ -182,7 +187,7 @@ def test_fit_recovers_parameters_of_synthetic_data(submission):
     fit = fit_scaling_law(n, d, loss)
     missed = _misses(fit, truth)
     assert not missed, f"synthetic data from {truth} (noise 0.03 %): your fit has {', '.join(missed)}"
-    error = (law(fit, n, d) / law(truth, n, d) - 1).abs().max().item()
+    error = _law_error(fit, truth, n, d)
     assert error < 2e-3, f"your fitted law is {error:.2%} away from the true loss at some point (limit 0.2 %)"
 
 
