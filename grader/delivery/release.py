@@ -3,7 +3,8 @@
 The release holds what a student needs and nothing an instructor keeps back: a README for
 students, `assignments/` (stubs generated from solutions/, notebooks, public tests), the
 lectures and their figures, the grader package without its hidden suites and without the
-instructor-only delivery commands, course.toml, pyproject.toml, environment.yml, the Makefile
+instructor-only delivery commands, the pristine stubs in grader/given/ (where the grader reads the
+course's given code from), course.toml, pyproject.toml, environment.yml, the Makefile
 without the targets that need the instructor's tree, and `.github/workflows/classroom.yml` (one
 step per module running its public tests, then the GitHub Classroom grading reporter).
 solutions/, grader/suites/, tests/ and lectures/scripts/ are never copied.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from grader.course import Course
 from grader.report.classroom import crashed_payload, encode, runner_id
+from grader.sandbox.given import PRISTINE
 from grader.sync import BEGIN, END, stubs
 from grader.usage import UsageError
 
@@ -80,8 +82,12 @@ def write_release(course: Course, out: Path, *, force: bool = False) -> list[Pat
         student_files = {course.public_tests(name) / file for file in course.module(name).files}
         written += _copy_tree(course.public_tests(name), out / "assignments" / name, leave_out=tuple(student_files))
     # The stubs come straight from solutions/ (what `sync` writes), so a stale assignments/ is no risk.
+    # A pristine copy of each goes beside the grader: the given code it re-installs over the
+    # student's working copy is read from there (grader/sandbox/given.py), never from assignments/.
     for stub in stubs(course):
-        written.append(_write(out / stub.target.relative_to(root), stub.text))
+        target = stub.target.relative_to(root)
+        written.append(_write(out / target, stub.text))
+        written.append(_write(out / PRISTINE / target.relative_to("assignments"), stub.text))
     written += _copy_lectures(root / "lectures", out / "lectures")
     written += _copy_tree(root / "grader", out / "grader", leave_out=_instructor_only(root))
     for name in COURSE_FILES:

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from grader.sandbox.given import GivenCodeFinder
+from grader.sandbox.given import GIVEN_FILE, GivenCodeFinder
 
 
 class LoadError(Exception):
@@ -25,7 +25,7 @@ class LoadError(Exception):
         self.kind = kind  # "import" or "missing"
 
 
-GIVEN_CODE = "<given code of "  # the file name given code is compiled under (given.py)
+GIVEN_CODE = GIVEN_FILE.partition("{")[0]  # an edited given definition runs under this name (given.py)
 
 
 def _is_given(filename: str) -> bool:
@@ -41,7 +41,7 @@ def student_traceback(error: BaseException, directory: Path) -> str:
     if frames and frames[-1] not in mine:
         mine.append(frames[-1])
     for frame in mine:
-        if _is_given(frame.filename):  # its line is not in the file: show the name
+        if _is_given(frame.filename):  # the student edited it: its line is the pristine stub's
             frame.filename = f"{frame.filename[len(GIVEN_CODE) : -1]} (the course's given code)"
     lines = traceback.format_list(mine) + traceback.format_exception_only(type(error), error)
     # Paths relative to the submission's root: "collectives/ring.py", not a grader's temp folder.
