@@ -62,9 +62,56 @@ def return_early_on_rank_1(x):
         return x
     dist.all_reduce(x)
     return x
+
+
+def batch_receives_from_the_wrong_neighbour(x):
+    rank, p = dist.get_rank(), dist.get_world_size()
+    out = torch.empty_like(x)
+    ops = [dist.P2POp(dist.isend, x, (rank + 1) % p), dist.P2POp(dist.irecv, out, (rank + 1) % p)]
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+    return out
+
+
+def isend_irecv_to_the_wrong_neighbour(x):
+    rank, p = dist.get_rank(), dist.get_world_size()
+    out = torch.empty_like(x)
+    send = dist.isend(x, (rank + 1) % p)
+    receive = dist.irecv(out, (rank + 1) % p)
+    send.wait()
+    receive.wait()
+    return out
+
+
+def async_all_reduce_skipped_by_rank_1(x):
+    if dist.get_rank() != 1:
+        dist.all_reduce(x, async_op=True).wait()
+    return x
+
+
+def broadcast_on_rank_0_all_reduce_elsewhere(x):
+    if dist.get_rank() == 0:
+        dist.broadcast(x, 0)
+    else:
+        dist.all_reduce(x)
+    return x
+
+
+def async_all_gather_on_rank_0_all_reduce_elsewhere(x):
+    if dist.get_rank() == 0:
+        request = dist.all_gather_into_tensor(torch.empty(x.numel() * dist.get_world_size()), x, async_op=True)
+    else:
+        request = dist.all_reduce(x, async_op=True)
+    request.wait()
+    return x
 """
+NON_BLOCKING = (
+    "batch_receives_from_the_wrong_neighbour", "isend_irecv_to_the_wrong_neighbour",
+    "async_all_reduce_skipped_by_rank_1", "broadcast_on_rank_0_all_reduce_elsewhere",
+    "async_all_gather_on_rank_0_all_reduce_elsewhere",
+)  # fmt: skip
 NAMES = ("ready", "receive_first", "exchange", "sleep_then_send", "compute_forever_while_the_other_waits")
-NAMES += ("return_early_on_rank_1",)
+NAMES += ("return_early_on_rank_1", *NON_BLOCKING)
 TIME_LIMIT_S = 20.0
 CALL_LIMIT_S = 10.0  # a deadlock is found in about a second (STILL_S), far inside this limit
 
@@ -115,6 +162,37 @@ def test_waiting_on_a_request_that_never_completes_names_the_request(probe):
     assert error is not None and error.kind == "deadlock", f"expected a deadlock, got {error}"
     assert "in exchange(): receive.wait()" in error.message, error.message
     assert "waits in wait() on irecv from rank 1 (tag 1)" in error.message, error.message
+
+
+# What each rank of a world of 4 is seen waiting in: its line of the probe, and its request.
+WAITS = {
+    "batch_receives_from_the_wrong_neighbour": ("request.wait()", "waits in wait() on isend to rank {next}"),
+    "isend_irecv_to_the_wrong_neighbour": ("send.wait()", "waits in wait() on isend to rank {next}"),
+    "async_all_reduce_skipped_by_rank_1": ("dist.all_reduce(x, async_op=True).wait()", "waits in wait() on all_reduce"),
+    "broadcast_on_rank_0_all_reduce_elsewhere": ("dist.", "waits in "),
+    "async_all_gather_on_rank_0_all_reduce_elsewhere": ("request.wait()", "waits in wait() on all_"),
+}
+
+
+@pytest.mark.parametrize("measure", [(), ("p2p", "groups")], ids=["plain", "under_the_graders_probes"])
+@pytest.mark.parametrize("name", NON_BLOCKING)
+def test_every_non_blocking_and_mismatched_deadlock_is_reported_as_one_naming_each_ranks_wait(probe, name, measure):
+    """isend/irecv, batch_isend_irecv and async collectives then wait(), and two ranks in
+    different collectives: each is found by its stillness, also when the wait goes through the
+    grader's own probes (the counters the performance checks use wrap Work.wait), never left to
+    the time limit. Each waiting rank is named with its own line and what it waits for."""
+    probe.function("ready").spmd(4, [()] * 4)
+    call = probe.function(name)
+    seconds, error = timed(lambda: call.spmd(4, [(torch.ones(5),)] * 4, measure=measure, time_limit_s=CALL_LIMIT_S))
+    assert error is not None and error.kind == "deadlock", (
+        f"expected a deadlock found before the {CALL_LIMIT_S:.0f} s limit, got {error} after {seconds:.1f} s"
+    )
+    line, waits = WAITS[name]
+    for rank in (0, 2, 3):
+        shown = f"rank {rank}: probe.py:"
+        assert shown in error.message and f"in {name}(): {line}" in error.message, error.message
+        assert waits.format(next=(rank + 1) % 4) in error.message, error.message
+    assert "waiting in wait() of probes.py" not in error.message, "the grader's wrappers are not the student's wait"
 
 
 def test_only_the_very_same_call_is_not_run_again_after_a_deadlock(probe):

@@ -217,16 +217,6 @@ class WorkerProcess:
             with contextlib.suppress(OSError):
                 os.kill(self.process.pid, signal.SIGUSR1)
 
-    def stack_now(self, wait_s: float = STACK_DUMP_WAIT_S) -> str:
-        """Ask for the stack of every thread and wait (at most `wait_s`) until it is written."""
-        before = self.stack_size()
-        self.dump_stack()
-        deadline = time.monotonic() + wait_s
-        while self.stack_size() == before and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.02)  # faulthandler writes a dump in several pieces
-        return self.new_stacks()
-
     def new_stacks(self) -> str:
         with open(self.stack_path, "rb") as dump:
             dump.seek(self._stack_offset)
@@ -252,6 +242,18 @@ class WorkerProcess:
         self.process.wait()
         self.requests.close()
         self.replies.close()
+
+
+def stacks_now(workers: list[WorkerProcess], wait_s: float = STACK_DUMP_WAIT_S) -> dict[int, str]:
+    """Every worker's stack by rank, asked of all of them at once (each answers on its own)."""
+    before = {w.rank: w.stack_size() for w in workers}
+    for worker in workers:
+        worker.dump_stack()
+    deadline = time.monotonic() + wait_s
+    while any(w.stack_size() == before[w.rank] for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.02)  # faulthandler writes a dump in several pieces
+    return {w.rank: w.new_stacks() for w in workers}
 
 
 def deadlock_summary(function: str, deadlock: Deadlock, size: int) -> str:
@@ -352,6 +354,7 @@ class World:
         replies: dict[int, tuple[Any, int]] = {}
         dead: list[WorkerProcess] = []
         moved, still_since = self._io_total(), time.monotonic()
+        looked_at = still_since  # the last look at the stacks (or the start): the next waits STILL_S
         while pending:
             if limit is not None:
                 deadline = min(deadline, limit())
@@ -363,12 +366,13 @@ class World:
             if watch and not ready and not dead:
                 now, total = time.monotonic(), self._io_total()
                 if total != moved:
-                    moved, still_since = total, now
-                elif now - still_since >= STILL_S:
+                    moved, still_since, looked_at = total, now, now
+                elif now - looked_at >= STILL_S:
                     self.deadlock = self._deadlock(list(pending.values()), replies, now - still_since)
                     if self.deadlock is not None:
                         break
-                    moved, still_since = self._io_total(), time.monotonic()  # the dumps wrote bytes
+                    # The stack dumps wrote bytes: not a move of the ranks', so the stillness goes on.
+                    moved, looked_at = self._io_total(), time.monotonic()
             for conn in ready:
                 worker = pending.pop(conn)
                 try:
@@ -409,11 +413,9 @@ class World:
         the CPU moves no byte either); at the limit (`busy_machine`) the stacks alone decide."""
         if not busy_machine and any(any_thread_running(w.process.pid) for w in self.workers):
             return None
-        stacks = {}
-        for worker in hung:
-            stacks[worker.rank] = worker.stack_now()
-            if not in_communication(stacks[worker.rank], self.submission):
-                return None
+        stacks = stacks_now(hung)
+        if not all(in_communication(stack, self.submission) for stack in stacks.values()):
+            return None
         lines = {w.rank: read_comm_line(w.comm_path)[1] for w in hung}
         return Deadlock(stacks, lines, sorted(replies), still_s)
 

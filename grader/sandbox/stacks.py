@@ -21,13 +21,23 @@ class Frame:
         return linecache.getline(self.file, self.line).strip()
 
 
-# The grader's own wrappers around a worker's communication calls (commlog.py): a rank waiting in
-# one is shown waiting where the wrapper was called from, in torch or in the student's code.
-_GRADER_WRAPPERS = ("grader/sandbox/commlog.py",)
+# The grader's own wrappers around a worker's communication calls: a rank waiting in one is
+# shown waiting where the wrapper was called from, in torch or in the student's code. File ->
+# the wrappers' function names (None: every function of the file). The probes' wrappers
+# (probes.py: a request's wait(), a process group's send, recv and collectives) sit between a
+# student's `request.wait()` and gloo whenever a test counts messages or bytes.
+_GRADER_WRAPPERS: dict[str, frozenset[str] | None] = {
+    "grader/sandbox/commlog.py": None,
+    "grader/sandbox/probes.py": frozenset({"send", "recv", "wait", "call"}),
+}
 
 
-def _is_wrapper(file: str) -> bool:
-    return file.replace("\\", "/").endswith(_GRADER_WRAPPERS)
+def _is_wrapper(file: str, function: str) -> bool:
+    path = file.replace("\\", "/")
+    for suffix, functions in _GRADER_WRAPPERS.items():
+        if path.endswith(suffix) and (functions is None or function in functions):
+            return True
+    return False
 
 
 def parse_dump(text: str) -> list[tuple[bool, list[Frame]]]:
@@ -38,7 +48,7 @@ def parse_dump(text: str) -> list[tuple[bool, list[Frame]]]:
         thread = _THREAD.match(line)
         if thread:
             threads.append((thread.group(1) == "Current thread", []))
-        elif (frame := _FRAME.match(line)) and threads and not _is_wrapper(frame["file"]):
+        elif (frame := _FRAME.match(line)) and threads and not _is_wrapper(frame["file"], frame["function"]):
             threads[-1][1].append(Frame(frame["file"], int(frame["line"]), frame["function"]))
     return [t for t in threads if t[1]]
 
