@@ -64,8 +64,11 @@ def _failures(console: Console, module: ModuleResult) -> None:
         if test.kind == "not_implemented":
             continue
         lines = test.message.splitlines() or ["(no message)"]
+        # The replay line stays whatever is cut: it is how the student reruns this case.
+        replay = [lines.pop()] if len(lines) > MESSAGE_LINES + 1 and lines[-1].startswith("replay:") else []
         if len(lines) > MESSAGE_LINES:
             lines = [*lines[:MESSAGE_LINES], f"... ({len(lines) - MESSAGE_LINES} more lines)"]
+        lines += replay
         console.print(f"  [red]x[/] {escape(test.name)} [dim]({test.suite})[/]", highlight=False)
         for line in lines:
             console.print(f"      {line}", highlight=False, markup=False)

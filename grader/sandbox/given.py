@@ -38,6 +38,7 @@ _STUB_MARK = "NotImplementedError("
 # Where a release keeps the pristine stubs (a student's template has no solutions/ to make them from).
 PRISTINE = Path("grader") / "given"
 GIVEN_FILE = "<given code of {file}>"  # the file name an edited given definition is compiled under
+GIVEN_PREFIX = GIVEN_FILE.partition("{")[0]
 
 
 @cache

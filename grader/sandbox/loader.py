@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from grader.sandbox.given import GIVEN_FILE, GivenCodeFinder
+from grader.sandbox.given import GIVEN_PREFIX, GivenCodeFinder
 
 
 class LoadError(Exception):
@@ -25,11 +25,8 @@ class LoadError(Exception):
         self.kind = kind  # "import" or "missing"
 
 
-GIVEN_CODE = GIVEN_FILE.partition("{")[0]  # an edited given definition runs under this name (given.py)
-
-
 def _is_given(filename: str) -> bool:
-    return filename.startswith(GIVEN_CODE)
+    return filename.startswith(GIVEN_PREFIX)
 
 
 def student_traceback(error: BaseException, directory: Path) -> str:
@@ -42,7 +39,7 @@ def student_traceback(error: BaseException, directory: Path) -> str:
         mine.append(frames[-1])
     for frame in mine:
         if _is_given(frame.filename):  # the student edited it: its line is the pristine stub's
-            frame.filename = f"{frame.filename[len(GIVEN_CODE) : -1]} (the course's given code)"
+            frame.filename = f"{frame.filename[len(GIVEN_PREFIX) : -1]} (the course's given code)"
     lines = traceback.format_list(mine) + traceback.format_exception_only(type(error), error)
     # Paths relative to the submission's root: "collectives/ring.py", not a grader's temp folder.
     return "".join(lines).rstrip().replace(f"{directory.parent}{os.sep}", "")

@@ -42,7 +42,7 @@ from grader.sandbox.deadlock import POLL_S, STILL_S, Deadlock, any_thread_runnin
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.limits import ReferenceLimit
 from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
-from grader.sandbox.stacks import where
+from grader.sandbox.stacks import call_chain, where
 from grader.sandbox.zygote import WORLD_MARKER, ForkedProcess, ZygoteError, worker_environment, zygote_for
 
 START_TIMEOUT_S = 120.0
@@ -254,6 +254,17 @@ def stacks_now(workers: list[WorkerProcess], wait_s: float = STACK_DUMP_WAIT_S) 
         time.sleep(0.01)
     time.sleep(0.02)  # faulthandler writes a dump in several pieces
     return {w.rank: w.new_stacks() for w in workers}
+
+
+def _chain_lines(rank: int, chains: dict[int, tuple[str, ...]]) -> list[str]:
+    """The calls that led `rank` where it waits, shown once for all the ranks that share them
+    (after the first of them)."""
+    chain = chains[rank]
+    sharing = [r for r, other in chains.items() if other == chain]
+    if not chain or sharing[0] != rank:
+        return []
+    who = f" (ranks {', '.join(map(str, sharing))})" if len(sharing) > 1 else ""
+    return [f"      the calls that led there, outermost first{who}:", *(f"        {frame}" for frame in chain)]
 
 
 def deadlock_summary(function: str, deadlock: Deadlock, size: int) -> str:
@@ -534,6 +545,7 @@ class World:
                 stack = worker.new_stacks()
                 if "Fatal Python error" in stack:
                     lines.append(f"    crashed at {where(stack, self.submission)}")
+                    lines += [f"      {frame}" for frame in call_chain(stack, self.submission)]
         elif errors:
             first = min(errors)
             kind = errors[first]["kind"]
@@ -556,10 +568,12 @@ class World:
         if hung:
             if kind not in ("timeout", "deadlock"):
                 lines.append("and these ranks were left waiting (stuck on the failed rank?):")
+            chains = {w.rank: tuple(call_chain(stacks[w.rank], self.submission)) for w in hung}
             for worker in hung:
                 line = f"  {label(worker.rank)}{where(stacks[worker.rank], self.submission)}"
                 waiting = deadlock.comm_lines.get(worker.rank) if deadlock else ""
                 lines.append(line + (f"\n      {waiting}" if waiting else ""))
+                lines += _chain_lines(worker.rank, chains)
         if deadlock is not None and (cycle := deadlock.cycle_text()):
             lines.append(f"the cycle: {cycle}")
         if printed and kind in ("crash", "timeout", "deadlock") and any(p.strip() for p in printed):

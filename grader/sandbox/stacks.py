@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.sandbox.given import GIVEN_PREFIX
+
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
 _FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>\S+)')
 
@@ -80,6 +82,27 @@ def where(text: str, directory: Path | None) -> str:
     if innermost != student:
         text += f"  [waiting in {innermost.function}() of {_short(innermost.file)}]"
     return text
+
+
+def call_chain(text: str, directory: Path | None) -> list[str]:
+    """Every frame of the student's files (and of the course's given code in them) in the
+    thread that matters, outermost first, as `ring.py:176 in ring_step(): out = ring_attention(...)`:
+    the calls that led to where the rank was. Empty when fewer than two such frames (the one
+    line `where` gives says it all)."""
+    frames = [f for f in reversed(waiting_frames(text, directory)) if _in_submission(f, directory) or _is_given(f)]
+    if len(frames) < 2:
+        return []
+    return [f"{_shown_file(f)}:{f.line} in {f.function}(): {f.source()}".rstrip() for f in frames]
+
+
+def _is_given(frame: Frame) -> bool:
+    return frame.file.startswith(GIVEN_PREFIX)
+
+
+def _shown_file(frame: Frame) -> str:
+    if _is_given(frame):
+        return f"{frame.file[len(GIVEN_PREFIX) : -1]} (the course's given code)"
+    return Path(frame.file).name
 
 
 def _short(path: str) -> str:
