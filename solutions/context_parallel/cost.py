@@ -23,7 +23,10 @@ def cp_comm_bytes(
     (b, h_kv, s/p, d) each; backward p-1 hops of the K/V blocks again and p-1 hops of their
     gradients dK and dV.
     "ulysses": four all-to-alls each way (forward q, k, v in and the output back; backward the
-    output's gradient in and the gradients of q, k, v back), each sending (p-1)/p of its tensor.
+    output's gradient in and the gradients of q, k, v back), each sending (p-1)/p of its tensor:
+    (p-1) * (2 Q + 2 K) // p each way, with Q = b*h_q*(s/p)*d*element_bytes and K the same with
+    h_kv. That is the count whether or not the heads split over p (ulysses_attention is what
+    refuses heads that do not): the floor of the formula, never an error.
     "allgather_kv": forward all-gathers of K and V, backward reduce-scatters of dK and dV, each a
     ring collective that sends (p-1)/p of the gathered (b, h_kv, s, d) tensor.
 

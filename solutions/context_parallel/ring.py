@@ -106,8 +106,10 @@ def zigzag_shard(x: torch.Tensor, group: dist.ProcessGroup | None = None, dim: i
 def zigzag_unshard(x: torch.Tensor, group: dist.ProcessGroup | None = None, dim: int = 2) -> torch.Tensor:
     """The inverse of zigzag_shard: every rank of `group` passes its zigzag shard x (chunks i and
     2p-1-i along `dim`); every rank returns the whole sequence in order, with one all-gather of the
-    shards (dist.all_gather_single) and a reordering. Raises ValueError when x.shape[dim] is
-    odd (a zigzag shard holds two equal chunks)."""
+    shards (dist.all_gather_single) and a reordering. dist.all_gather_single concatenates the
+    shards along their first dimension: for inputs of shape (n, ...) its output has shape
+    (p * n, ...), never (p, n, ...) (gloo refuses a stacked output), so move `dim` to the front
+    first. Raises ValueError when x.shape[dim] is odd (a zigzag shard holds two equal chunks)."""
     ### BEGIN SOLUTION
     p = dist.get_world_size(group)
     if x.shape[dim] % 2:
@@ -145,10 +147,14 @@ def ring_attention(
     log-sum-exp of the online softmax (never by adding softmaxes). Each rank sends p-1 K/V blocks
     and no rank ever holds the whole K or V.
 
-    Backward (an autograd Function): the K/V blocks travel the ring again and the gradients of each
-    block, dK and dV, travel with it, each rank adding its share, so that after p-1 more hops they
-    arrive home: every rank ends with q.grad, k.grad and v.grad of its own shard. Sends p-1 K/V
-    blocks and p-1 dK/dV blocks.
+    Backward (an autograd Function): the K/V blocks travel the ring again, as in forward, and
+    each block's gradients dK and dV follow it one hop behind. The block's owner keeps its own
+    queries' share at home. The first rank the block reaches starts the block's running dK/dV
+    with its share and sends it to the right; each later rank receives it from the left, adds
+    its share and sends it on; the last send (the (p-1)-th) reaches the owner, which adds it to
+    its share. Every rank ends with q.grad, k.grad and v.grad of its own shard, and sends p-1 K/V
+    blocks and p-1 dK/dV blocks (cp_comm_bytes' backward): a gradient that sets out with its
+    block from the owner would make p hops.
 
     causal: query position i sees key positions j <= i. Blocks the mask hides completely are
     skipped (no FLOPs), and a block that is half hidden is computed only where it is visible.

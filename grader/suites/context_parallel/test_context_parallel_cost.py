@@ -21,6 +21,7 @@ COST_CASES = [
         (131072, 1, 32, 8, 128, 8, 2),
         (4096, 3, 16, 16, 64, 2, 4),
         (1000, 1, 4, 1, 16, 1, 2),
+        (12, 1, 3, 2, 5, 4, 1),  # heads that do not split over p: Ulysses' count is floored (112.5 -> 112)
     )
 ]
 
