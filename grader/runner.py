@@ -127,8 +127,10 @@ def grade(
     progress: Progress | None = None,
     time_limit_s: float | None = None,
     select: str | None = None,
+    first_failure: bool = False,
 ) -> GradeReport:
-    """Grade `modules` of the submission folder `submission` (one sub-folder per module)."""
+    """Grade `modules` of the submission folder `submission` (one sub-folder per module); with
+    `first_failure`, stop at the first test that fails (the tests after it are not in the report)."""
     from grader.todo import unwritten
 
     started = time.perf_counter()
@@ -140,6 +142,8 @@ def grade(
         args += ["--time-limit", str(time_limit_s)]
     if select:
         args += ["-k", select]
+    if first_failure:
+        args.append("--exitfirst")
     collector = _Collector(course, progress)
     code = pytest.main(args, plugins=[collector]) if paths else pytest.ExitCode.NO_TESTS_COLLECTED
 

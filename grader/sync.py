@@ -67,8 +67,10 @@ def _function_at(spans: list[tuple[int, int, str]], line: int) -> str | None:
     return inside[-1] if inside else None
 
 
-def make_stub(source: str, *, module: Module, origin: str) -> str:
-    """The stub text for one solution file (`origin` names it in error messages)."""
+def make_stub(source: str, *, module: Module, origin: str, only: str | None = None) -> str:
+    """The stub text for one solution file (`origin` names it in error messages). With `only`
+    (a function's name, "Class.method" for a method), only that function's fences become the
+    stub and every other fence keeps its solution: the reference with one function left to write."""
     try:
         spans = _enclosing_functions(ast.parse(source))
     except SyntaxError as error:
@@ -77,6 +79,9 @@ def make_stub(source: str, *, module: Module, origin: str) -> str:
     fence_start: int | None = None
     for number, line in enumerate(source.splitlines(keepends=True), start=1):
         stripped = line.strip()
+        if only is not None and fence_start is None and _function_at(spans, number) != only:
+            out.append(line)  # another function's fence (or its code): the solution stays
+            continue
         if stripped == BEGIN:
             if fence_start is not None:
                 raise SyncError(f"{origin}:{number}: {BEGIN} inside another fence")
@@ -96,6 +101,14 @@ def make_stub(source: str, *, module: Module, origin: str) -> str:
     if fence_start is not None:
         raise SyncError(f"{origin}:{fence_start}: {BEGIN} is never closed")
     return "".join(out)
+
+
+def fenced_functions(source: str) -> list[str]:
+    """The functions (and methods, "Class.method") of a solution file that hold a fence: what a
+    student writes in it, in file order."""
+    spans = _enclosing_functions(ast.parse(source))
+    found = [_function_at(spans, n) for n, line in enumerate(source.splitlines(), 1) if line.strip() == BEGIN]
+    return list(dict.fromkeys(name for name in found if name is not None))
 
 
 def _instruction(module: Module, function: str) -> str:

@@ -10,5 +10,6 @@ COMMANDS = {
     "gradescope": "grader.delivery.gradescope_bundle",
     "batch": "grader.delivery.batch",
     "mutants": "grader.delivery.mutants",
+    "public-coverage": "grader.delivery.public_coverage",
     "site": "grader.delivery.site",
 }
