@@ -23,7 +23,8 @@ def link_loads(cluster: Cluster, groups: list[list[int]], nbytes: int) -> dict[s
     Use it to compare placements: data-parallel groups of one local rank across the nodes of a
     pod put nothing on the spine of a rail-optimised cluster, and a tensor-parallel group inside
     a node puts everything on NVLink.
-    Raises ValueError when a GPU is not in the cluster or in two groups, and for nbytes < 0;
-    a transfer the topology does not connect raises ScheduleError (a ValueError).
+    Raises ValueError when a GPU is not in the cluster or is named twice (in two groups, or twice
+    in one group), and for nbytes < 0; a transfer the topology does not connect raises
+    ScheduleError (a ValueError).
     """
     raise NotImplementedError("implement link_loads (lectures/13-the-cluster.md, section 4)")

@@ -70,8 +70,8 @@ def ring_allreduce_schedule(ranks: list[int], nbytes: int) -> dict:
       ("copy"), then passing on what it received.
 
     Each GPU sends 2(p-1) chunks of N/p bytes. One GPU (p = 1): no steps.
-    Raises ValueError for an empty list, a rank that is not an integer >= 0, a GPU named twice,
-    or nbytes that is not an integer >= 0.
+    Raises ValueError for an empty list, a rank that is not an int >= 0, a GPU named twice, or
+    nbytes that is not an int >= 0 (a float such as 64.0 is not an int, nor is a bool).
     """
     raise NotImplementedError("implement ring_allreduce_schedule (lectures/13-the-cluster.md, section 5)")
 
@@ -91,7 +91,8 @@ def hierarchical_allreduce_schedule(cluster: Cluster, nbytes: int) -> dict:
 
     Per GPU: 2(g-1)/g * N bytes over NVLink and 2(n-1)/n * N/g over the network: each NIC
     carries 1/g of a flat ring's share. A phase with nothing to do (g = 1 or n = 1) has no step.
-    Raises ValueError for a cluster that is not a Cluster or nbytes that is not an integer >= 0.
+    Raises ValueError for a cluster that is not a Cluster or nbytes that is not an int >= 0 (a
+    float or a bool is refused, as in ring_allreduce_schedule).
     """
     raise NotImplementedError("implement hierarchical_allreduce_schedule (lectures/13-the-cluster.md, section 5)")
 
@@ -147,7 +148,8 @@ def hierarchical_alltoall_schedule(cluster: Cluster, nbytes: int) -> dict:
     larger messages: the message cost is paid n + g - 2 times instead of P - 1), and none
     changes rail: no spine hop within a pod, and a rail-only cluster can run it. A step with
     nothing to send (g = 1 or n = 1) is left out.
-    Raises ValueError for a cluster that is not a Cluster or nbytes that is not an integer >= 0.
+    Raises ValueError for a cluster that is not a Cluster or nbytes that is not an int >= 0 (a
+    float or a bool is refused, as in ring_allreduce_schedule).
     """
     raise NotImplementedError("implement hierarchical_alltoall_schedule (lectures/13-the-cluster.md, section 8)")
 

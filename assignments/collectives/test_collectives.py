@@ -4,8 +4,8 @@
     pytest assignments/collectives -k allgather --no-timeout   (to use breakpoint() on one rank)
 
 Your functions run in worker processes, one per rank, joined by torch.distributed (gloo). The
-hidden suite checks many more cases (world sizes 2-4, every dtype, odd sizes, empty tensors) and
-performance; `make grade` gives the score.
+hidden suite checks many more cases (world sizes 2-4, every dtype, odd sizes, empty tensors,
+process groups that are not the world) and performance; `make grade` gives the score.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from grader.perf import allreduce_bytes_bound, with_slack
+from grader.sandbox import Group
 from grader.testing import assert_matches, expect_exception, generator, random_tensor, tolerance
 
 
@@ -54,6 +55,43 @@ def test_ring_allgather_concatenates_uneven_shards_in_rank_order(submission):
     result = submission.function("ring_allgather").spmd(3, [(s,) for s in shards])
     for rank in range(3):
         assert_matches(result.outputs[rank], full, f"rank {rank}: gathered tensor")
+
+
+# Two groups of a world of 4, by global rank: group rank i is the i-th (dist.new_group sorts them).
+PAIRS = ((0, 2), (1, 3))
+
+
+def expected_in_group(name: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """What each group rank gets from `name` when the group's ranks hold `inputs`, in group-rank order."""
+    if name == "ring_allgather":
+        return [torch.cat(inputs)] * len(inputs)
+    total = torch.stack(inputs).sum(0)
+    return list(total.tensor_split(len(inputs))) if name == "ring_reduce_scatter" else [total] * len(inputs)
+
+
+@pytest.mark.parametrize("name", ["ring_reduce_scatter", "ring_allgather", "ring_allreduce"])
+def test_ring_collectives_inside_two_subgroups_of_a_world_of_4_combine_only_their_members(submission, name: str):
+    """Ranks {0, 2} and {1, 3} each run their own ring at the same time, on their own tensors, as
+    every dimension of a parallel mesh does: p is the size of `group` and rank r its group rank."""
+    gen = generator("public-groups", name)
+    sizes = (5, 4) if name == "ring_allgather" else (9, 9)  # 9 elements: chunks of 5 and 4 over p = 2
+    inputs = {pair: [random_tensor((n,), torch.float32, gen) for n in sizes] for pair in PAIRS}
+    # A rank's group is handed to it as grader.sandbox.Group: in the worker it is the ProcessGroup.
+    args = {rank: (inputs[pair][i], Group(pair)) for pair in PAIRS for i, rank in enumerate(pair)}
+    result = submission.function(name).spmd(4, [args[rank] for rank in range(4)])
+    rtol, atol = tolerance(torch.float32, 2)
+    for pair in PAIRS:
+        other = PAIRS[1 - PAIRS.index(pair)]
+        for group_rank, (rank, want) in enumerate(zip(pair, expected_in_group(name, inputs[pair]))):
+            assert_matches(
+                result.outputs[rank],
+                want,
+                f"{name} in the group {list(pair)} of a world of 4 (ranks {list(other)} ran their own meanwhile): "
+                f"global rank {rank}, group rank {group_rank}; use only the group's members, p = "
+                f"dist.get_world_size(group), the group rank and the neighbours from ring_neighbours(group)",
+                rtol,
+                atol,
+            )
 
 
 def test_ring_allreduce_sends_at_most_the_bandwidth_bound(submission):

@@ -2,9 +2,12 @@
 
     pytest assignments/context_parallel            (add -s to see what each rank prints)
 
-Your functions run in worker processes, one per rank, joined by torch.distributed (gloo). The
-hidden suite checks more (worlds of 2 and 4, causal and not, GQA, every variant, process groups)
-and counts bytes, the largest tensor, FLOPs per rank and the order of your sends and matmuls;
+Your functions run in worker processes, one per rank, joined by torch.distributed (gloo), on
+worlds of 2 and 4. One test runs ring attention in two process groups of 2 side by side in a
+world of 4 (Group((0, 2)) and Group((1, 3))): communicate within `group`, take your place in the
+sequence from dist.get_rank(group), and send to dist.get_global_rank(group, i). The hidden suite
+checks more (causal and not, GQA, every variant on 2 and 4 ranks and in process groups) and
+counts bytes, the largest tensor, FLOPs per rank and the order of your sends and matmuls;
 `make grade` gives the score.
 """
 
@@ -14,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from grader.sandbox import Group, Step
 from grader.testing import assert_matches, expect_exception, generator
 
 
@@ -51,6 +55,58 @@ def test_zigzag_shard_gives_rank_i_chunks_i_and_2p_minus_1_minus_i(submission):
     result = submission.function("zigzag_shard").spmd(2, [(x,)] * 2)
     assert result.outputs[0].flatten().tolist() == [0.0, 1.0, 6.0, 7.0]
     assert result.outputs[1].flatten().tolist() == [2.0, 3.0, 4.0, 5.0]
+
+
+def zigzag(x: torch.Tensor, p: int, rank: int) -> torch.Tensor:
+    """Rank `rank`'s zigzag shard of a whole sequence (dimension 2): chunks rank and 2p-1-rank of 2p."""
+    chunks = x.chunk(2 * p, dim=2)
+    return torch.cat([chunks[rank], chunks[2 * p - 1 - rank]], dim=2)
+
+
+def test_zigzag_layout_on_4_ranks_shards_attends_and_unshards(submission):
+    """On 4 ranks (a rank's left and right neighbours differ, unlike on 2): zigzag_shard of the
+    whole sequence, zigzag_unshard of each rank's shard of the attention output back to the whole
+    output, and causal ring attention in the zigzag layout against SDPA, forward and backward."""
+    p = 4
+    q, k, v, grad = whole_sequence(s=16, salt="zigzag-4")  # 2p = 8 chunks of 2 positions
+    want = sdpa(q, k, v, grad, causal=True)
+    steps = [
+        [
+            Step("zigzag_shard", (q,)),
+            Step("zigzag_unshard", (zigzag(want["output"], p, r),)),
+            Step("ring_step", (*(zigzag(x, p, r) for x in (q, k, v, grad)), True), {"layout": "zigzag"}),
+        ]
+        for r in range(p)
+    ]
+    ranks = submission.script_spmd(p, steps).steps
+    for r in range(p):
+        shard, whole, ring = ranks[r]
+        assert_matches(shard, zigzag(q, p, r), f"zigzag_shard on 4 ranks, rank {r}: chunks {r} and {7 - r} of 8")
+        assert_matches(whole, want["output"], f"zigzag_unshard on 4 ranks, rank {r}: the whole sequence in order")
+        for key, expected in want.items():
+            what = f"ring_attention(causal=True, layout='zigzag') on 4 ranks, rank {r}: {key}"
+            assert_matches(ring[key], zigzag(expected, p, r), what, 1e-10, 1e-10)
+
+
+def test_ring_attention_in_two_groups_of_2_ranks_of_a_world_of_4(submission):
+    """Ranks {0, 2} and {1, 3} each run causal ring attention on their own sequence at the same
+    time; global rank 3 is rank 1 of Group((1, 3)), and its ring neighbour is global rank 1."""
+    groups = ((0, 2), (1, 3))
+    data = {group: whole_sequence(salt=("group", group)) for group in groups}
+    args: list[tuple] = [()] * 4
+    for group in groups:
+        for g, rank in enumerate(group):
+            args[rank] = (*(x.chunk(2, dim=2)[g].contiguous() for x in data[group]), True, Group(group))
+    result = submission.function("ring_step").spmd(4, args)
+    for group in groups:
+        want = sdpa(*data[group], causal=True)
+        for g, rank in enumerate(group):
+            for key, expected in want.items():
+                what = (
+                    f"ring attention in Group({group}), global rank {rank} (group rank {g}): {key} (communicate "
+                    f"within `group`, p2p to dist.get_global_rank(group, i), positions from dist.get_rank(group))"
+                )
+                assert_matches(result.outputs[rank][key], expected.chunk(2, dim=2)[g], what, 1e-10, 1e-10)
 
 
 @pytest.mark.parametrize("variant", ["ulysses", "allgather_kv"])

@@ -41,7 +41,9 @@ def allgather_kv_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, group: dist.ProcessGroup | None = None
 ) -> torch.Tensor:
     """This rank's rows (b, h_q, s_local, d) of attention over the whole sequence, by all-gathering
-    K and V (dist.all_gather_single, each (b, h_kv, s, d) after it) and attending this
+    K and V (dist.all_gather_single, each (b, h_kv, s, d) after it, the shards in group-rank
+    order; all_gather_single concatenates along the first dimension, as in zigzag_unshard, so
+    gather with the sequence dimension first) and attending this
     rank's queries to them locally (the given attention_block), with the causal offset of this
     rank's positions: query position rank*s_local + i sees keys j <= rank*s_local + i.
     Differentiable: backward reduce-scatters the gradients of the gathered K and V

@@ -105,3 +105,26 @@ def test_paged_decode_attention_equals_sdpa(submission):
     expected = F.scaled_dot_product_attention(q[0][:, None], k.transpose(0, 1), v.transpose(0, 1), enable_gqa=True)
     what = "paged_decode_attention of sequence 7 (5 cached positions: one full block of 4 and 1 in the next)"
     assert_matches(out, expected[:, 0][None], f"{what} vs F.scaled_dot_product_attention", 1e-5, 1e-5)
+
+
+def test_paged_cache_free_returns_a_block_once_no_sequence_uses_it(submission):
+    k, v = torch.randn(6, 2, 4), torch.randn(6, 2, 4)
+    steps = [
+        Step("PagedKVCache", (4, 4, 1, 2, 4), save_as="cache", send_back=False),  # 4 blocks of 4
+        Step("cache.add_sequence", (0,)),
+        Step("cache.append", (0, 0, k, v)),  # 6 positions: 2 blocks
+        Step("cache.fork", (0, 1)),  # sequence 1 shares both
+        Step("cache.free", (0,)),
+        Step("cache.num_free_blocks"),
+        Step("cache.gather", (1, 0)),
+        Step("cache.free", (1,)),
+        Step("cache.num_free_blocks"),
+        Step("cache.add_sequence", (2,)),
+        Step("cache.append", (2, 0, torch.randn(16, 2, 4), torch.randn(16, 2, 4))),  # all 4 blocks
+        Step("cache.num_free_blocks"),
+    ]
+    r = submission.script(steps).steps[0]
+    assert r[5] == 2, f"freeing sequence 0 while its fork 1 still uses both blocks: expected 2 free, got {r[5]}"
+    assert_matches(r[6][0], k, "keys of the fork after its parent was freed (its blocks must stay intact)")
+    assert r[8] == 4, f"after freeing the last sequence using them, expected all 4 blocks free, got {r[8]}"
+    assert r[11] == 0, f"a new sequence of 16 positions should reuse the 4 freed blocks: expected 0 free, got {r[11]}"

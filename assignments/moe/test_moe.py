@@ -5,8 +5,9 @@
 
 Your functions run in worker processes, never inside pytest; MoELayer is built in a worker and
 driven step by step (grader.sandbox.Step). The hidden suite checks many more cases against a
-loop-over-experts reference and Mixtral's formulas, gradients, expert parallelism on 2 and 4
-ranks, and performance (operator counts, bytes sent, time); `make grade` gives the score.
+loop-over-experts reference and Mixtral's formulas, gradients (also through expert
+parallelism, on 2 and 4 ranks and in process groups), and performance (operator counts, bytes
+sent, time); `make grade` gives the score.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grader.sandbox import Saved, Step
+from grader.sandbox import Group, Saved, Step
 from grader.testing import assert_matches, expect_exception, generator
 
 
@@ -140,3 +141,70 @@ def test_expert_parallel_on_two_ranks_matches_the_whole_layer(submission):
     outputs = [rank[-1] for rank in submission.script_spmd(2, steps).steps]
     for rank, (got, part) in enumerate(zip(outputs, expected.split([12, 5]))):
         assert_matches(got, part, f"rank {rank}: output for its tokens vs MoELayer on all tokens", 1e-5, 1e-5)
+
+
+# A world of 4 ranks split into expert-parallel groups, by global rank (group rank i is the i-th):
+# the whole world shares one layer's 8 experts (2 each), or two pairs each share their own
+# layer's (4 each), at the same time, each pair on its own tokens.
+LAYOUTS = {"world-of-4": ((0, 1, 2, 3),), "pairs-0-2-and-1-3": ((0, 2), (1, 3))}
+D_MODEL, D_FF, EXPERTS, K = 8, 12, 8, 2
+TOKENS = (9, 4, 12, 6)  # tokens of global ranks 0..3: every rank a different number
+
+
+def random_experts(gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """A MoELayer(D_MODEL, D_FF, EXPERTS, K) state dict in float64."""
+    return {
+        "router.weight": torch.randn(EXPERTS, D_MODEL, generator=gen, dtype=torch.float64),
+        "w_gate": torch.randn(EXPERTS, D_MODEL, D_FF, generator=gen, dtype=torch.float64) / D_MODEL**0.5,
+        "w_up": torch.randn(EXPERTS, D_MODEL, D_FF, generator=gen, dtype=torch.float64) / D_MODEL**0.5,
+        "w_down": torch.randn(EXPERTS, D_FF, D_MODEL, generator=gen, dtype=torch.float64) / D_FF**0.5,
+    }
+
+
+def moe_by_loop_over_tokens(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """The dropless layer token by token: softmax of the router logits, the K most probable
+    experts with their probabilities renormalised to sum to 1, the weighted sum of their SwiGLUs."""
+    probs = torch.softmax(x @ params["router.weight"].t(), dim=-1)
+    top, experts = probs.topk(K, dim=-1)
+    weights = top / top.sum(dim=-1, keepdim=True)
+    rows = []
+    for t in range(x.shape[0]):
+        ffns = [_swiglu(x[t], params["w_gate"][e], params["w_up"][e], params["w_down"][e]) for e in experts[t]]
+        rows.append(sum(w * ffn for w, ffn in zip(weights[t], ffns)))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_expert_parallel_on_4_ranks_matches_a_loop_over_tokens_in_each_group(submission, layout: str):
+    groups = LAYOUTS[layout]
+    steps: dict[int, list[Step]] = {}
+    expected: dict[int, torch.Tensor] = {}
+    for ranks in groups:
+        group = Group(ranks) if len(ranks) < 4 else None  # None: the whole world
+        gen = generator("public-ep", layout, ranks)
+        params = random_experts(gen)
+        for rank in ranks:
+            x = torch.randn(TOKENS[rank], D_MODEL, generator=gen, dtype=torch.float64)
+            expected[rank] = moe_by_loop_over_tokens(params, x)
+            steps[rank] = [
+                Step("MoELayer", (D_MODEL, D_FF, EXPERTS, K, None, 0), save_as="layer", send_back=False),
+                Step("layer.double", send_back=False),
+                Step("layer.load_state_dict", (params,), send_back=False),
+                Step("shard_experts", (Saved("layer"), group), save_as="shard", send_back=False),
+                Step("expert_parallel_forward", (Saved("shard"), x, group)),
+            ]
+    result = submission.script_spmd(4, [steps[rank] for rank in range(4)])
+    for ranks in groups:
+        p, local = len(ranks), EXPERTS // len(ranks)
+        shown = "group=None, the whole world" if p == 4 else f"group={list(ranks)}, beside the other pair"
+        for group_rank, rank in enumerate(ranks):
+            assert_matches(
+                result.steps[rank][-1],
+                expected[rank],
+                f"expert_parallel_forward on a world of 4 ({shown}): global rank {rank}'s output for its "
+                f"{TOKENS[rank]} tokens vs a loop over tokens; group rank {group_rank} owns experts "
+                f"{group_rank * local}..{(group_rank + 1) * local - 1} (split sizes of all_to_all_single are "
+                f"indexed by group rank, p = dist.get_world_size(group), group=group on every exchange)",
+                1e-9,
+                1e-10,
+            )

@@ -68,8 +68,9 @@ def rank_grid(world_size: int, tp: int, cp: int, pp: int, dp: int, order: str = 
     order).get_ranks(kind) returns, and what torch's init_device_mesh builds for the mesh shape
     taken in the reverse order.
 
-    Raises ValueError when a size is not a positive int, when tp * cp * pp * dp != world_size,
-    or when `order` is not such a permutation.
+    Raises ValueError when a size is not a positive int (a float such as 2.0 is not an int, nor
+    is a bool, though True == 1), when tp * cp * pp * dp != world_size, or when `order` is not
+    such a permutation.
     """
     raise NotImplementedError("implement rank_grid (lectures/12-4d-parallelism.md, section 2)")
 

@@ -93,8 +93,9 @@ def plan_memory(cfg: TransformerConfig, tp: int, cp: int, pp: int, dp: int, glob
                   fp32 Adam state sharded over dp * cp (ZeRO-1): Psi * (4 + 12 / (dp * cp)).
     activations   full recomputation with sequence parallelism: each of ceil(num_layers / pp)
                   layers keeps its input, 2 * (seq_len / cp) * d_model / tp bytes, for each of the
-                  min(pp, global_batch / dp) micro-batches (one sequence each) that 1F1B holds on
-                  the first stage; plus one layer's activations while it is recomputed,
+                  min(pp, global_batch // dp) micro-batches (one sequence each) that 1F1B holds on
+                  the first stage (// floors when dp does not divide global_batch, as in
+                  step_seconds); plus one layer's activations while it is recomputed,
                   34 * (seq_len / cp) * d_model / tp bytes (Korthikanti et al. 2022, flash
                   attention: no scores kept).
     """
@@ -111,7 +112,8 @@ def step_seconds(
 
     compute      8 * P * global_batch * seq_len FLOPs (6 P per token, plus the recomputed
                  forward's 2 P; P as in plan_memory) at cluster.mfu of every GPU's peak
-    bubble       compute * (pp - 1) / m, m = global_batch / dp micro-batches (1F1B)
+    bubble       compute * (pp - 1) / m, m = global_batch // dp micro-batches (1F1B; floored
+                 when dp does not divide global_batch, not a fraction)
     tp           m * ceil(L / pp) * 6 all-reduces of (seq_len / cp) * d_model bf16 elements in
                  the tp group (2 forward, 2 in the recomputed forward, 2 backward; sequence
                  parallelism's all-gather + reduce-scatter send what an all-reduce sends)

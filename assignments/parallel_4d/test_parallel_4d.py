@@ -11,13 +11,16 @@ of your groups carries (every call counted), and each term of the planner's cost
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from grader.models.tiny_gpt import TinyGPT, TinyGPTConfig
 from grader.models.transformer_config import TransformerConfig
+from grader.sandbox import Step
 from grader.testing import expect_exception
 
 CONFIG = TinyGPTConfig(vocab_size=16, max_seq_len=8, num_layers=2, d_model=16, num_heads=4, num_kv_heads=2, mlp_ratio=2)
@@ -69,8 +72,70 @@ def test_comm_volume_of_tensor_parallelism_alone(submission):
     assert volume["pp"] == volume["cp"] == volume["dp-cp"] == volume["embedding"] == 0
 
 
+SMALL = TransformerConfig(num_layers=2, d_model=64, num_heads=4, num_kv_heads=4, d_ff=256, vocab_size=100)
+SMALL_PARAMS = 2 * (4 * 64 * 64 + 2 * 64 * 256) + 100 * 64  # P of plan_memory's docstring
+
+
 def test_plan_memory_on_one_gpu_is_16_bytes_a_parameter_plus_activations(submission):
-    cfg = TransformerConfig(num_layers=2, d_model=64, num_heads=4, num_kv_heads=4, d_ff=256, vocab_size=100)
-    params = 2 * (4 * 64 * 64 + 2 * 64 * 256) + 100 * 64
+    cfg, params = SMALL, SMALL_PARAMS
     memory = submission.function("plan_memory")(cfg, 1, 1, 1, 1, 1, 128)
     assert math.isclose(memory, 16 * params + 2 * 2 * 128 * 64 + 34 * 128 * 64), memory
+
+
+def cluster(gpus: int, gpus_per_node: int, memory_bytes: float = 1e12) -> dict[str, float]:
+    """A Cluster's fields (plan.py), for the given helpers seconds_step and plan_step."""
+    return {
+        "gpus": gpus,
+        "gpus_per_node": gpus_per_node,
+        "memory_bytes": memory_bytes,
+        "peak_flops": 1e12,
+        "nvlink_bandwidth": 1e11,
+        "network_bandwidth": 1e9,
+        "mfu": 0.5,
+    }
+
+
+def test_step_seconds_of_2_data_parallel_gpus_is_compute_plus_the_gradient_all_reduce(submission):
+    """dp = 2 alone: no bubble and no tp, cp or pp traffic; the all-reduce of P bf16 gradients
+    sends 2(p-1)/p * 2P = 2P bytes, at NVLink speed inside a node, at network speed across two."""
+    batch, seq = 4, 128
+    compute = 8 * SMALL_PARAMS * batch * seq / (2 * 1e12 * 0.5)  # 8 P FLOPs a token, 2 GPUs at 50% of peak
+    cases = {"one node of 2": (cluster(2, 2), 1e11), "two nodes of 1": (cluster(2, 1), 1e9)}
+    steps = [Step("seconds_step", (SMALL, c, [(1, 1, 1, 2)], batch, seq)) for c, _ in cases.values()]
+    for (where, (_, bandwidth)), [got] in zip(cases.items(), submission.script(steps).steps[0]):
+        want = compute + 2 * SMALL_PARAMS / bandwidth
+        assert math.isclose(got, want, rel_tol=1e-9), (
+            f"step_seconds(tp=1, cp=1, pp=1, dp=2) on {where}: expected {want:.6g} s ({compute:.6g} s of compute + "
+            f"{2 * SMALL_PARAMS} bytes at {bandwidth:g} B/s), got {got!r}"
+        )
+
+
+def test_plan_lists_every_grid_that_fits_fastest_first(submission):
+    """4 GPUs, 2 per node, 850 kB each: plan must list exactly the grids (tp, cp, pp, dp) that
+    pass the docstring's rules and fit by your plan_memory, sorted by your step_seconds."""
+    gpus, per_node, limit, batch, seq = 4, 2, 850e3, 4, 128
+    divisors = [n for n in range(1, gpus + 1) if gpus % n == 0]
+    # every (tp, cp, pp, dp) of 4 GPUs that can run by plan's docstring, memory aside
+    grids: list[tuple[int, int, int, int]] = []
+    for tp, cp, pp in itertools.product(divisors, repeat=3):
+        dp = gpus // (tp * cp * pp)
+        if tp * cp * pp * dp != gpus:
+            continue
+        tp_fits = per_node % tp == 0 and SMALL.num_heads % tp == 0 and SMALL.num_kv_heads % tp == 0
+        if tp_fits and seq % cp == 0 and pp <= SMALL.num_layers and batch % dp == 0:
+            grids.append((tp, cp, pp, dp))
+    steps = [Step("plan_memory", (SMALL, *grid, batch, seq)) for grid in grids]
+    steps.append(Step("seconds_step", (SMALL, cluster(gpus, per_node, limit), grids, batch, seq)))
+    steps.append(Step("plan_step", (SMALL, cluster(gpus, per_node, limit), batch, seq)))
+    *memories, seconds, plans = submission.script(steps).steps[0]
+    # fastest first, ties in increasing (tp, cp, pp, dp)
+    fits = sorted((time, grid, memory) for grid, memory, time in zip(grids, memories, seconds) if memory <= limit)
+    got = [(p["tp"], p["cp"], p["pp"], p["dp"]) for p in plans]
+    assert got == [grid for _, grid, _ in fits], (
+        f"plan on {gpus} GPUs ({per_node} per node, {limit:g} bytes each): expected the grids (tp, cp, pp, dp) "
+        f"{[grid for _, grid, _ in fits]} in this order (every grid that can run and fits, by step_seconds), got {got}"
+    )
+    for plan, (time, grid, memory) in zip(plans, fits):
+        want = {"microbatches": batch // grid[3], "memory_bytes": memory, "step_seconds": time}
+        got_fields = {key: plan[key] for key in want}
+        assert got_fields == pytest.approx(want, rel=1e-12), f"plan {grid}: expected {want}, got {got_fields}"

@@ -84,6 +84,15 @@ def test_nf4_codes_of_the_extremes(submission):
     assert codes.tolist() == [0 | 7 << 4, 15 | 12 << 4], f"codes {codes.tolist()}: indices 0, 7, 15, 12 two per byte"
 
 
+def test_nf4_dequantize_reads_low_nibble_first_and_scales_by_its_block(submission):
+    # indices 0, 15 | 7, 15 | 15 (blocks of 2; the last byte's high nibble is padding)
+    codes = torch.tensor([0 | 15 << 4, 7 | 15 << 4, 15], dtype=torch.uint8)
+    absmax = torch.tensor([2.0, 4.0, 1.0])
+    x_hat = submission.function("dequantize_nf4")(codes, absmax, (5,), 2)
+    expected = torch.tensor([-2.0, 2.0, 0.0, 4.0, 1.0])  # NF4_CODE[0] = -1, [7] = 0, [15] = 1
+    assert_matches(x_hat, expected, "dequantize_nf4: NF4_CODE[index] * absmax of the element's block")
+
+
 def test_quant_linear_int4_matches_dequantize_then_matmul(submission):
     gen = generator("public-linear")
     weight, bias, x = (

@@ -28,7 +28,8 @@ def job_mtbf_s(gpus: int, gpu_mtbf_s: float) -> float:
     """The mean time between failures of a job on `gpus` GPUs, in seconds, when each GPU (with
     its share of the host, network and power) fails on average once every `gpu_mtbf_s` seconds:
     independent failures add their rates, so M = gpu_mtbf_s / gpus.
-    Raises ValueError for gpus that is not an integer >= 1, or gpu_mtbf_s that is not > 0.
+    Raises ValueError for gpus that is not an int >= 1 (a float such as 8.0 is not an int, nor is
+    a bool), or gpu_mtbf_s that is not > 0.
     """
     raise NotImplementedError("implement job_mtbf_s (lectures/14-reliability.md, section 1)")
 
@@ -52,7 +53,7 @@ def goodput(gpus: int, gpu_mtbf_s: float, checkpoint_s: float, restart_s: float,
     `checkpoint_s` (delta) and restarts of `restart_s` (R). Work since the last checkpoint is
     lost at a failure; a failure during a checkpoint or a restart counts like any other.
     Without failures (M large) it tends to tau / (tau + delta).
-    Raises ValueError for gpus that is not an integer >= 1, gpu_mtbf_s or interval_s that is not
-    > 0, or checkpoint_s or restart_s < 0.
+    Raises ValueError for gpus that is not an int >= 1 (as job_mtbf_s), gpu_mtbf_s or interval_s
+    that is not > 0, or checkpoint_s or restart_s < 0.
     """
     raise NotImplementedError("implement goodput (lectures/14-reliability.md, section 6)")

@@ -4,7 +4,8 @@
 
 Your functions run in worker processes, never inside pytest. Checkpoints are written to a
 temporary folder and read back by torch.distributed.checkpoint (DCP) itself, in this process;
-the flight-recorder dumps are real, recorded from small gloo jobs by
+train_with_restarts runs here on a world of 2 ranks already joined, called again as after a
+restart (the hidden suite runs it under torchrun and kills a worker); the flight-recorder dumps are real, recorded from small gloo jobs by
 grader.models.flight_recorder.record_dumps (read its docstring for the jobs and the format).
 The hidden suite checks the interval formulas against Young's and Daly's closed forms and a
 simulation of failures, straggler on tables whose answer the docstring fixes, step_breakdown
@@ -27,7 +28,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.run import get_args_parser, parse_min_max_nnodes
 
 from grader.models.flight_recorder import record_dumps
-from grader.sandbox import scratch  # imported before any worker starts: the workers can read its folders
+from grader.sandbox import Group, scratch  # scratch: imported before any worker starts, so they can read its folders
 from grader.testing import assert_matches
 
 
@@ -39,6 +40,24 @@ def test_youngs_interval_for_llama3s_mtbf(submission):
         f"with 60 s checkpoints and a job MTBF of {mtbf:.0f} s, Young's interval is sqrt(2 delta M) = "
         f"{math.sqrt(2 * 60.0 * 54 * 86400 / 419):.0f} s; got {interval}"
     )
+
+
+def test_goodput_with_one_mtbf_of_work_between_checkpoints(submission):
+    """8 GPUs failing once every 8,000 s each: a job MTBF M of 1,000 s. With tau + delta = M, Daly's
+    T_w / T_s is M e^(R/M) (e - 1) / tau; a restart of R = M ln 2 doubles it."""
+    goodput = submission.function("goodput")
+    e = math.e
+    cases = [  # (checkpoint_s, restart_s, interval_s), expected goodput
+        ((0.0, 0.0, 1000.0), 1 / (e - 1)),  # free checkpoints and restarts: still 42 % lost to failures
+        ((100.0, 0.0, 900.0), 0.9 / (e - 1)),
+        ((100.0, 1000.0 * math.log(2), 900.0), 0.9 / (2 * (e - 1))),
+    ]
+    for (delta, restart, tau), want in cases:
+        got = goodput(8, 8000.0, delta, restart, tau)
+        assert math.isclose(got, want, rel_tol=1e-9), (
+            f"goodput(8, 8000.0, checkpoint_s={delta}, restart_s={restart:.1f}, interval_s={tau}): expected "
+            f"{want:.6f} = tau / (M e^(R/M) (e^((tau + delta)/M) - 1)) with M = 1000 s, got {got!r}"
+        )
 
 
 def test_a_rank_that_skips_an_all_reduce_is_named(submission):
@@ -99,6 +118,32 @@ def _save_on_two_and_load(submission, tmp_path):
         assert_matches(read_by_dcp[name], tensor, f"dcp.load of your checkpoint, {name!r}")
 
 
+def test_two_subgroups_of_a_world_of_four_each_save_their_own_checkpoint(submission):
+    with scratch.folder("public-") as folder:
+        _save_in_two_subgroups(submission, folder)
+
+
+def _save_in_two_subgroups(submission, tmp_path):
+    """Ranks {0, 2} and {1, 3} save at the same time, each group its own state to its own folder:
+    in each group, global rank 2 or 3 is group rank 1 (dist.get_rank(group))."""
+    groups = [(0, 2), (1, 3)]
+    fulls = [{"w": torch.arange(10.0).reshape(5, 2) + 100 * i} for i in range(2)]
+    args: list[tuple] = [()] * 4
+    for i, members in enumerate(groups):
+        for local, rows in enumerate((slice(0, 3), slice(3, 5))):  # blocks of 3 rows
+            args[members[local]] = ({"w": fulls[i]["w"][rows]}, str(tmp_path / f"group{i}"), Group(members))
+    submission.function("save_sharded").spmd(4, args)
+    for i, members in enumerate(groups):
+        files = sorted(path.name for path in (tmp_path / f"group{i}").iterdir())
+        assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"], (
+            f"the checkpoint of Group({members}) holds {files}: expected the shards of group ranks 0 and 1 "
+            f"(write_shard with the rank in the group, not the global rank) and the .metadata of group rank 0"
+        )
+        read_by_dcp = {"w": torch.zeros(5, 2)}
+        dcp.load(read_by_dcp, checkpoint_id=str(tmp_path / f"group{i}"))
+        assert_matches(read_by_dcp["w"], fulls[i]["w"], f"dcp.load of the checkpoint of Group({members})")
+
+
 def test_the_async_checkpoint_holds_the_state_at_the_save(submission):
     with scratch.folder("public-") as folder:
         _train_and_read_back(submission, folder)
@@ -111,6 +156,36 @@ def _train_and_read_back(submission, tmp_path):
     dcp.load(saved, checkpoint_id=str(tmp_path / "step1"))
     assert_matches(saved["w"], torch.full((4, 2), 2.0), "the checkpoint after step 1 (the state as save() saw it)")
     assert_matches(result["state"]["w"], torch.full((4, 2), 5.0), "the state after 5 steps")
+
+
+def test_a_run_resumed_from_its_checkpoint_ends_as_one_never_interrupted(submission):
+    with scratch.folder("public-") as folder:
+        _resume_and_compare(submission, folder)
+
+
+def _resume_and_compare(submission, tmp_path):
+    """Without torchrun: a world of 2 ranks already joined trains 2 steps (checkpoint of step 2),
+    then a new call, as after a restart, asks for 4 steps in the same folder; it must resume at
+    step 2. `make grade` runs the real thing: torchrun, and a worker killed mid-run."""
+    train = submission.function("train_with_restarts")
+    interrupted, whole = tmp_path / "interrupted", tmp_path / "whole"
+    interrupted.mkdir()
+    whole.mkdir()
+    train.spmd(2, [(str(interrupted), 2, 2)] * 2)
+    first = (interrupted / "step_000002.pt").stat()
+    resumed = train.spmd(2, [(str(interrupted), 4, 2)] * 2).outputs[0]
+    again = (interrupted / "step_000002.pt").stat()
+    rewritten = (again.st_ino, again.st_mtime_ns) != (first.st_ino, first.st_mtime_ns)
+    assert not rewritten, (
+        "the resumed run wrote step_000002.pt again: it must start from the checkpoint's next_step (2), "
+        "not redo steps 0 and 1"
+    )
+    never_interrupted = train.spmd(2, [(str(whole), 4, 2)] * 2).outputs[0]
+    differ = [name for name, t in never_interrupted.items() if name not in resumed or not torch.equal(resumed[name], t)]
+    assert not differ, (
+        f"{differ} after 2 + 2 steps differ from the run of 4 steps never interrupted (bit for bit, float64): "
+        "the checkpoint must hold the model, the optimizer's state (momentum) and next_step"
+    )
 
 
 def test_an_indexed_job_of_one_pod_per_node_behind_a_headless_service(submission):

@@ -43,6 +43,21 @@ def test_palm_540b_mfu_is_46_percent(submission):
     assert abs(mfu - 0.462) < 5e-4, f"PaLM 540B: MFU {mfu:.4f}, the paper reports 0.462"
 
 
+def test_hfu_counts_the_recomputed_forward_of_the_layers_but_not_of_the_lm_head(submission):
+    cfg = TransformerConfig(num_layers=2, d_model=64, num_heads=4, num_kv_heads=4, d_ff=256, vocab_size=100)
+    # Per token at seq_len 16, per layer: Q, K, V, O 2 * 4 * 64 * 64 = 32768, MLP 2 * 2 * 64 * 256 = 65536,
+    # scores and weighted sum 2 * 2 * 64 * 16 = 4096: 102400; LM head 2 * 64 * 100 = 12800.
+    # Forward 2 * 102400 + 12800 = 217600; training 3x = 652800; recomputation adds 2 * 102400: 857600.
+    hfu = submission.function("hardware_flops_utilization")
+    for recompute, expected in ((True, 0.8576), (False, 0.6528)):
+        got = hfu(cfg, 16, 1000.0, 1, 1e9, recompute)  # 1000 tokens/s on one GPU of 1e9 FLOP/s
+        assert math.isclose(got, expected, rel_tol=1e-9), (
+            f"HFU with recompute={recompute}: got {got}, expected {expected} "
+            f"= 1000 tokens/s x {expected * 1e6:.0f} FLOPs per token (transformer_flops with training=True, "
+            f"recompute={recompute}) / 1e9 FLOP/s"
+        )
+
+
 def test_training_memory_stage_3_shards_16_bytes_per_parameter(submission):
     cfg = TransformerConfig(num_layers=156, d_model=2000, num_heads=16, num_kv_heads=16, d_ff=8000, vocab_size=6000)
     got = submission.function("training_memory")(cfg, 1, 1024, dp=64, zero_stage=3)
@@ -68,3 +83,14 @@ def test_a_config_whose_heads_do_not_divide_d_model_is_refused(submission):
     cfg = TransformerConfig(num_layers=2, d_model=64, num_heads=3, num_kv_heads=3, d_ff=256, vocab_size=97)
     error = expect_exception("ValueError", lambda: submission.function("transformer_flops")(cfg, 16))
     assert "num_heads" in error.message
+
+
+def test_training_time_and_gpu_hours_of_a_1b_model_on_20b_tokens(submission):
+    flops = 6 * 1e9 * 20e9  # C = 6 N D = 1.2e20
+    # on 8 GPUs of 1e15 FLOP/s at 50 % MFU: 1.2e20 / 4e15 = 30,000 s; 8 GPUs x 30,000 s = 240,000 GPU-seconds
+    days = submission.function("training_time")(flops, 8, 1e15, 0.5)
+    assert math.isclose(days, 30_000 / 86_400, rel_tol=1e-9), f"training_time: {days} days, expected 30,000 s in days"
+    hours = submission.function("gpu_hours")(flops, 1e15, 0.5)
+    assert math.isclose(hours, 240_000 / 3600, rel_tol=1e-9), (
+        f"gpu_hours: {hours}, expected {240_000 / 3600:.2f} = 8 GPUs x 30,000 s in hours (the same on any number of GPUs)"
+    )

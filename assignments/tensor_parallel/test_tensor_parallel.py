@@ -2,16 +2,17 @@
 
     pytest assignments/tensor_parallel                  (add -s to see what your code prints)
 
-Your functions run in worker processes, never inside pytest; everything distributed runs on a
-world of 2 gloo processes through the given helpers region_step, linear_step, block_step and
-cross_entropy_step, which also count the collectives you call through torch.distributed. The
-hidden suite checks more: every operator and layer both ways, the block with sequence
-parallelism and GQA, 4 ranks, two process groups of 2 side by side in a world of 4 (pass
-`group=` to every collective), the embedding, bad sizes and bad targets, the loss on 3-D and
-16-bit logits with ignore_index, the bytes each rank sends (read from the kernel), what the
-LayerNorms and the whole block save for backward (the ParallelBlock docstring's figure), the
-largest tensor of the loss, and the paper's figures of tp_activation_bytes. `make grade` gives
-the score.
+Your functions run in worker processes, never inside pytest; everything distributed runs on
+worlds of 2 and 4 gloo processes through the given helpers region_step, linear_step, block_step,
+embedding_step and cross_entropy_step, which also count the collectives you call through
+torch.distributed. One test runs the embedding in two process groups of 2 side by side in a
+world of 4 (Group((0, 2)) and Group((1, 3))): pass `group=` to every collective and take your
+shard by dist.get_rank(group). The hidden suite checks more: every operator and layer both ways,
+the block with sequence parallelism and GQA, every operator, the block and the loss within
+process groups, bad sizes and bad targets, the loss on 3-D and 16-bit logits with ignore_index,
+the bytes each rank sends (read from the kernel), what the LayerNorms and the whole block save
+for backward (the ParallelBlock docstring's figure), the largest tensor of the loss, and the
+paper's figures of tp_activation_bytes. `make grade` gives the score.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grader.sandbox import Group, Step
 from grader.testing import assert_matches, generator
 
 TOL = (1e-10, 1e-10)
@@ -37,6 +39,61 @@ def test_copy_to_tp_region_is_the_identity_forward_and_an_all_reduce_backward(su
             f"rank {rank}: expected no collective in forward and one all_reduce of 12 elements in backward, got "
             f"{got['forward']} and {got['backward']}"
         )
+
+
+def test_sequence_parallel_regions_on_4_ranks_gather_and_split_along_the_sequence(submission):
+    """One world of 4 runs the three sequence-parallel operators one after another; each rank's
+    x and output gradient differ (scatter's x is the same on every rank: it enters from a
+    replicated tensor). Dimension 0 is the sequence: rank r's chunk is rows [r*n, (r+1)*n)."""
+    p, n = 4, 2  # each rank's chunk: n rows of 3
+    gen = generator("public-sequence-regions")
+    chunks = [torch.randn(n, 3, generator=gen, dtype=torch.float64) for _ in range(p)]  # gather's x
+    wholes = [torch.randn(p * n, 3, generator=gen, dtype=torch.float64) for _ in range(p)]  # reduce-scatter's x
+    replicated = torch.randn(p * n, 3, generator=gen, dtype=torch.float64)  # scatter's x, on every rank
+    grad_wholes = [torch.randn(p * n, 3, generator=gen, dtype=torch.float64) for _ in range(p)]
+    grad_chunks = [torch.randn(n, 3, generator=gen, dtype=torch.float64) for _ in range(p)]
+    steps = [
+        [
+            Step("region_step", ("gather_from_sequence_parallel_region", chunks[r], grad_wholes[r])),
+            Step("region_step", ("reduce_scatter_to_sequence_parallel_region", wholes[r], grad_chunks[r])),
+            Step("region_step", ("scatter_to_sequence_parallel_region", replicated, grad_chunks[r])),
+        ]
+        for r in range(p)
+    ]
+    ranks = submission.script_spmd(p, steps).steps
+    mine = [slice(r * n, (r + 1) * n) for r in range(p)]  # rank r's rows of a whole sequence
+    whole, gathered_grad = torch.cat(chunks), torch.cat(grad_chunks)
+    summed, summed_grad = torch.stack(wholes).sum(0), torch.stack(grad_wholes).sum(0)
+    size = p * n * 3  # elements of the whole (gathered or reduced) tensor
+    want = {  # operator: (each rank's output, each rank's x.grad, forward collectives, backward collectives)
+        "gather_from_sequence_parallel_region": (
+            [whole] * p,
+            [summed_grad[rows] for rows in mine],
+            [("all_gather", size)],
+            [("reduce_scatter", size)],
+        ),
+        "reduce_scatter_to_sequence_parallel_region": (
+            [summed[rows] for rows in mine],
+            [gathered_grad] * p,
+            [("reduce_scatter", size)],
+            [("all_gather", size)],
+        ),
+        "scatter_to_sequence_parallel_region": (
+            [replicated[rows] for rows in mine],
+            [gathered_grad] * p,
+            [],
+            [("all_gather", size)],
+        ),
+    }
+    for i, (operator, (outputs, grads, forward, backward)) in enumerate(want.items()):
+        for r in range(p):
+            got, where = ranks[r][i], f"{operator} on 4 ranks, rank {r}"
+            assert_matches(got["output"], outputs[r], f"{where}: forward output", *TOL)
+            assert_matches(got["grad"], grads[r], f"{where}: x.grad after backward", *TOL)
+            assert (got["forward"], got["backward"]) == (forward, backward), (
+                f"{where}: expected {forward or 'no collective'} in forward and {backward} in backward "
+                f"(kind, elements of the whole tensor), got {got['forward']} and {got['backward']}"
+            )
 
 
 def test_column_parallel_linear_keeps_its_rows_of_the_weight(submission):
@@ -105,6 +162,42 @@ def test_tensor_parallel_block_matches_one_process_with_two_all_reduces_each_way
         for phase in ("forward", "backward"):
             assert got[phase] == [("all_reduce", s * b * hidden)] * 2, (
                 f"rank {rank}: {phase} should make 2 all_reduce of {s * b * hidden} elements, made {got[phase]}"
+            )
+
+
+def test_vocab_parallel_embedding_in_two_groups_of_2_ranks_of_a_world_of_4(submission):
+    """Ranks {0, 2} and {1, 3} each run a VocabParallelEmbedding of 8 tokens (4 per rank) at the
+    same time, each group with its own table and ids; global rank 3 is rank 1 of Group((1, 3))."""
+    vocab, dim, groups = 8, 3, ((0, 2), (1, 3))
+    data: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+    for group in groups:
+        gen = generator("public-embedding", group)
+        weight = torch.randn(vocab, dim, generator=gen, dtype=torch.float64)
+        ids = torch.randint(0, vocab, (2, 5), generator=gen)
+        data[group] = (weight, ids, torch.randn(2, 5, dim, generator=gen, dtype=torch.float64))
+    args: list[tuple] = [()] * 4
+    for group in groups:
+        for rank in group:
+            args[rank] = (vocab, *data[group], Group(group))
+    result = submission.function("embedding_step").spmd(4, args)
+    for group in groups:
+        weight, ids, grad_output = data[group]
+        table = weight.clone().requires_grad_(True)
+        F.embedding(ids, table).backward(grad_output)
+        for g, rank in enumerate(group):
+            got = result.outputs[rank]
+            where = f"VocabParallelEmbedding in Group({group}), global rank {rank} (group rank {g})"
+            hint = "communicate within `group`; r = dist.get_rank(group) keeps rows [r*V/p, (r+1)*V/p)"
+            assert_matches(got["output"], F.embedding(ids, weight), f"{where}: output, F.embedding ({hint})", *TOL)
+            rows = f"rows {4 * g} to {4 * g + 3} of the table's gradient"
+            assert_matches(got["grad"], table.grad[4 * g : 4 * g + 4], f"{where}: weight.grad, {rows} ({hint})", *TOL)
+            assert got["weight_storage_bytes"] == 4 * dim * 8, (
+                f"{where}: self.weight's storage holds {got['weight_storage_bytes']} bytes, expected {4 * dim * 8} "
+                f"(a copy of its 4 rows, not a view into the whole table)"
+            )
+            assert got["forward"] == [("all_reduce", ids.numel() * dim)] and got["backward"] == [], (
+                f"{where}: expected one all_reduce of {ids.numel() * dim} elements in forward and no collective in "
+                f"backward, got {got['forward']} and {got['backward']}"
             )
 
 

@@ -43,7 +43,7 @@ def bus_bandwidth(op: str, nbytes: float, seconds: float, n: int) -> tuple[float
     algbw = S / t, busbw = algbw * factor, factor 2(n-1)/n for all_reduce; (n-1)/n for
     reduce_scatter, all_gather and all_to_all; 1 for broadcast, reduce and sendrecv.
     An empty operation (nbytes = 0) has bandwidths 0. Raises ValueError for another op, nbytes < 0,
-    seconds <= 0, or n that is not an integer >= 1.
+    seconds <= 0, or n that is not an int >= 1 (a float such as 8.0 is not an int, nor is a bool).
     """
     ### BEGIN SOLUTION
     if op not in BUS_FACTORS:

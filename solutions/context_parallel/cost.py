@@ -30,8 +30,9 @@ def cp_comm_bytes(
     "allgather_kv": forward all-gathers of K and V, backward reduce-scatters of dK and dV, each a
     ring collective that sends (p-1)/p of the gathered (b, h_kv, s, d) tensor.
 
-    Exact integers; (0, 0) when p = 1. Raises ValueError for an unknown variant, or when s is
-    not a multiple of p."""
+    Exact integers; (0, 0) when p = 1. Raises ValueError for any other variant ("zigzag"
+    included: cp_step's name for the zigzag ring, whose bytes are "ring"'s), or when s is not a
+    multiple of p."""
     ### BEGIN SOLUTION
     if s % p:
         raise ValueError(f"cp_comm_bytes: a sequence of s = {s} positions does not split over p = {p} ranks")
@@ -62,13 +63,14 @@ def ring_overlap_condition(
 ) -> float:
     """The sequence length per rank, s_local, above which one ring step's attention compute
     takes longer than sending the next K/V block, so that the transfer hides behind it: the
-    positive root of
+    larger root of
 
         4 * b * h_q * s_local**2 * d / flops_per_second  =  alpha + beta * 2 * b * h_kv * s_local * d * element_bytes
 
     (the forward FLOPs of one block, QK^T and PV, lecture 09; the alpha-beta time of sending
     its K and V, lecture 01: alpha seconds per message, beta seconds per byte). A float, not
-    rounded; with alpha = 0 it is h_kv * element_bytes * flops_per_second * beta / (2 * h_q).
+    rounded; with alpha = 0 it is h_kv * element_bytes * flops_per_second * beta / (2 * h_q),
+    and with alpha = beta = 0 it is 0.0 (a free transfer hides behind any block), not an error.
     Raises ValueError unless flops_per_second > 0, alpha >= 0 and beta >= 0."""
     ### BEGIN SOLUTION
     if flops_per_second <= 0 or alpha < 0 or beta < 0:

@@ -186,7 +186,8 @@ def commit(records: dict[str, dict[str, Any]], path: str | os.PathLike, group: G
 def save_sharded(state: State, path: str | os.PathLike, group: Group = None) -> None:
     """Save a sharded state: each rank of `group` passes its own shards (rows shard_rows(R, p,
     rank) of each tensor, p the group's size, rank its rank in the group) and writes only them
-    (write_shard), then commit. Every rank passes the same names, trailing shapes and dtypes.
+    (write_shard with that rank in the group, not the global rank: files __0_0.distcp ..
+    __{p-1}_0.distcp), then commit. Every rank passes the same names, trailing shapes and dtypes.
     Returns when the checkpoint is complete on every rank. Raises ValueError where write_shard
     or commit does.
     """

@@ -31,6 +31,8 @@ def diagnose(dumps: list[dict]) -> dict:
         "profiling_name"     e.g. "gloo:all_reduce", "gloo:broadcast"
         "input_sizes", "output_sizes"   e.g. [[1024]], [[64, 8]]
         "input_dtypes", "output_dtypes" e.g. ["Float"], ["Double"]
+        "record_id"          0, 1, 2, ...: the entry's place in its rank's buffer, over all groups
+                             (only to choose between groups, below)
     The buffers are taken to hold each rank's whole history (none wrapped around).
 
     Within a group, the collective of sequence id s is the s-th collective each member issued

@@ -22,7 +22,9 @@ def straggler(step_times: list[list[float]], wait_times: list[list[float]], thre
     (one slow step, a garbage collection say, does not make a straggler). The straggler is the
     rank with the largest typical compute time, if that is more than `threshold` times the median
     of the other ranks' typical compute times; otherwise, and for a single rank, None. Among
-    ranks with the same largest typical compute time, the lowest rank.
+    ranks with the same largest typical compute time, the lowest rank. Both medians are
+    statistics.median's: of an even count of values, the mean of the two middle ones (not the
+    lower one, which torch.median returns).
 
     Raises ValueError when there is no rank or no step, when the two tables do not have the
     same shape (every rank the same number of steps), when a time is negative, or a wait is
@@ -68,8 +70,8 @@ def step_breakdown(trace: dict) -> dict[str, float]:
     covered by communication and not by compute (what overlap would hide), "idle_s": the time
     covered by neither}.
 
-    Raises ValueError when the trace is not a dict with a "traceEvents" list, or holds no
-    compute and no communication event.
+    Raises ValueError when the trace is not a dict with a "traceEvents" list, or holds neither a
+    compute nor a communication event (communication alone, or compute alone, is a step).
     """
     ### BEGIN SOLUTION
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):

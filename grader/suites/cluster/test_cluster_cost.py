@@ -143,6 +143,8 @@ REFUSALS = [
     ("bus_bandwidth", ("all_reduce", 1024, -1e-3, 8), "negative seconds"),
     ("bus_bandwidth", ("all_reduce", 1024, 1e-3, 0), "n = 0"),
     ("bus_bandwidth", ("all_reduce", 1024, 1e-3, 2.5), "n not an integer"),
+    ("bus_bandwidth", ("all_reduce", 1024, 1e-3, 8.0), "n a float, though whole"),
+    ("bus_bandwidth", ("all_reduce", 1024, 1e-3, True), "n a bool"),
     ("predicted_time", ("tree", 1024, Cluster.dgx_h100()), "an unknown algorithm"),
     ("predicted_time", ("ring", -1, Cluster.dgx_h100()), "nbytes < 0"),
     ("predicted_time", ("recursive_halving_doubling", 1024, Cluster.h100_cluster(3)), "24 GPUs"),

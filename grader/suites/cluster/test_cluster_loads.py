@@ -86,6 +86,7 @@ REFUSALS = [
     ((RAIL, [[64]], 1024), "a lone GPU one past the last"),
     ((RAIL, [[-1]], 1024), "a lone negative GPU id"),
     ((RAIL, [[0, 1], [1, 2]], 1024), "a GPU in two groups"),
+    ((RAIL, [[0, 1, 0]], 1024), "a GPU twice in one group"),
     ((RAIL, [[0, 1]], -1), "nbytes < 0"),
     (
         (Cluster.h100_cluster(2, topology="rail_only"), [[0, 9]], 1024),
@@ -98,9 +99,12 @@ REFUSALS = [
 @pytest.mark.parametrize(("args", "why"), REFUSALS, ids=[w for _, w in REFUSALS])
 def test_bad_input_raises_value_error(submission, args, why):
     """ValueError, or the simulator's ScheduleError (a ValueError) for a path the topology lacks."""
-    with pytest.raises(SubmissionError) as caught:
-        submission.function("link_loads")(*args)
-    error = caught.value
+    try:
+        returned = submission.function("link_loads")(*args)
+    except SubmissionError as caught:
+        error = caught
+    else:
+        pytest.fail(f"link_loads with {why}: expected ValueError, it returned {returned!r}")
     if error.kind != "exception":
         raise error
     assert error.exception_type in ("ValueError", "ScheduleError"), (

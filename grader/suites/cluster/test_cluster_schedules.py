@@ -281,6 +281,7 @@ REFUSALS = [
     ("ring_allreduce_schedule", ([0, -1], 64), "a negative GPU id"),
     ("double_binary_tree_allreduce_schedule", ([2, 2], 64), "a GPU named twice"),
     ("double_binary_tree_allreduce_schedule", ([0, 1], 1.5), "nbytes not an integer"),
+    ("ring_allreduce_schedule", ([0, 1], 64.0), "nbytes a float, though whole"),
     ("recursive_halving_doubling_allreduce_schedule", (list(range(6)), 64), "6 GPUs"),
     ("recursive_halving_doubling_allreduce_schedule", (list(range(12)), 64), "12 GPUs"),
     ("recursive_halving_doubling_allreduce_schedule", ([0, 1, 2, 0], 64), "a GPU named twice"),

@@ -91,6 +91,7 @@ MEMORY_CASES = [  # (tp, cp, pp, dp, global_batch, seq_len): each isolates a ter
     (1, 1, 4, 1, 16, 2048),  # pp: 2 of 8 layers, 4 micro-batches in flight
     (1, 1, 4, 4, 8, 2048),  # pp 4 but only 2 micro-batches: min(pp, B/dp)
     (1, 1, 3, 1, 6, 2048),  # ceil(8 / 3) = 3 layers on the first stage
+    (1, 1, 4, 3, 8, 2048),  # dp 3 does not divide B 8: min(pp, 8 // 3) = 2 micro-batches held, not 8/3
 ]
 
 
@@ -114,12 +115,18 @@ TIME_GRIDS = [(1, 1, 1, 16), (4, 1, 1, 4), (8, 1, 1, 2), (1, 4, 1, 4), (2, 4, 1,
 def test_step_seconds_counts_each_term_at_the_bandwidth_of_where_the_group_lies(submission):
     """SMALL on 16 GPUs, 4 per node: tp 4 stays inside a node, tp 8 crosses it; cp inside when
     tp * cp divides 4; dp and pp spans as the docstring says."""
-    step = Step("seconds_step", (SMALL, SMALL_CLUSTER, TIME_GRIDS, 32, 2048))
-    for grid, got in zip(TIME_GRIDS, submission.script([step]).steps[0][0]):
-        terms = time_terms(SMALL, SMALL_CLUSTER, *grid, 32, 2048)
-        want = sum(terms.values())
-        shown = ", ".join(f"{k} {v:.4g} s" for k, v in terms.items())
-        assert close(got, want), f"step_seconds(tp, cp, pp, dp = {grid}): expected {want:.6g} s ({shown}), got {got!r}"
+    # and a batch of 36 on dp = 8, which does not divide it: m = 36 // 8 = 4 micro-batches, not 4.5
+    runs = [(TIME_GRIDS, 32), ([(1, 1, 2, 8)], 36)]
+    answers = submission.script([Step("seconds_step", (SMALL, SMALL_CLUSTER, grids, b, 2048)) for grids, b in runs])
+    for (grids, batch), got_all in zip(runs, answers.steps[0]):
+        for grid, got in zip(grids, got_all):
+            terms = time_terms(SMALL, SMALL_CLUSTER, *grid, batch, 2048)
+            want = sum(terms.values())
+            shown = ", ".join(f"{k} {v:.4g} s" for k, v in terms.items())
+            assert close(got, want), (
+                f"step_seconds(tp, cp, pp, dp = {grid}, global_batch = {batch}): expected {want:.6g} s ({shown}; "
+                f"m = global_batch // dp = {batch // grid[3]}), got {got!r}"
+            )
 
 
 ONE_NODE = {**SMALL_CLUSTER, "gpus": 8, "gpus_per_node": 8, "memory_bytes": 1e12}  # every grid fits

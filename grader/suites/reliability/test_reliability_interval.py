@@ -153,6 +153,8 @@ def test_dalys_interval_is_near_the_best_goodput(submission):
 BAD = [
     ("job_mtbf_s", (0, 1e6), "no GPU"),
     ("job_mtbf_s", (2.5, 1e6), "a fractional GPU count"),
+    ("job_mtbf_s", (8.0, 1e6), "a GPU count as a float, though whole"),
+    ("job_mtbf_s", (True, 1e6), "a bool GPU count"),
     ("job_mtbf_s", (8, 0.0), "an MTBF of 0"),
     ("job_mtbf_s", (8, -5.0), "a negative MTBF"),
     ("optimal_checkpoint_interval", (60.0, -1.0), "a negative MTBF"),
@@ -164,6 +166,7 @@ BAD = [
     ("goodput", (8, 1e6, 60.0, -1.0, 600.0), "a negative restart time"),
     ("goodput", (8, 1e6, 60.0, 60.0, 0.0), "an interval of 0"),
     ("goodput", (0, 1e6, 60.0, 60.0, 600.0), "no GPU"),
+    ("goodput", (8.0, 1e6, 60.0, 60.0, 600.0), "a GPU count as a float, though whole"),
 ]
 
 

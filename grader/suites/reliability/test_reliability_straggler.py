@@ -96,6 +96,23 @@ def test_a_rank_that_waits_its_whole_step_is_allowed(submission):
     )
 
 
+def test_the_median_of_an_even_count_is_the_mean_of_the_two_middle_values(submission):
+    """statistics.median, not torch.median's lower middle value: over 2 steps, and over 4 other ranks."""
+    call = submission.function("straggler")
+    # ranks 0 and 1 compute 1 and 3 s (median 2, lower 1), rank 2 2.2 s twice: 2.2 <= 1.2 x 2 = 2.4
+    got = call(*table([[1.0, 3.0], [1.0, 3.0], [2.2, 2.2]], 4.0))
+    assert got is None, (
+        f"medians over 2 steps 2, 2, 2.2 (the mean of the two middle values): 2.2 <= 1.2 x 2, expected None, got "
+        f"{got!r} (with the lower middle values, 1, 1, 2.2, rank 2 would be named)"
+    )
+    # rank 4 computes 1.3 s; the others' median is (1.0 + 1.25) / 2 = 1.125, and 1.3 <= 1.2 x 1.125 = 1.35
+    got = call(*table([[0.5], [1.0], [1.25], [1.28], [1.3]], 2.0))
+    assert got is None, (
+        f"typical compute 0.5, 1.0, 1.25, 1.28, 1.3: the other ranks' median is (1.0 + 1.25) / 2 = 1.125 and "
+        f"1.3 <= 1.2 x 1.125, expected None, got {got!r} (with the lower middle value, 1.0, rank 4 would be named)"
+    )
+
+
 BAD = [
     (([], []), "no rank"),
     (([[]], [[]]), "no step"),
