@@ -364,3 +364,35 @@ def test_given_code_is_the_courses_in_every_file_whatever_order_the_files_are_ca
             assert_matches(out, torch.nn.functional.scaled_dot_product_attention(q, k, v), name, 1e-9, 1e-9)
     finally:
         submission.close()
+
+
+@pytest.mark.parametrize("edited", [False, True], ids=["left_as_given", "edited"])
+def test_a_traceback_through_given_code_names_the_line_that_ran(tmp_path, edited):
+    """quantization's given scale_rows raises, called from the student's quantize, in a file the
+    student moved three lines down. Left as given, its frame is the student's file at the line it
+    has there; edited, the course's version runs and its frame says so, at the pristine stub's
+    line, with that line's source (never the student's line numbers for code that did not run)."""
+    module = load_course().module("quantization")
+    folder = tmp_path / "quantization"
+    shutil.copytree(ROOT / "solutions" / "quantization", folder)
+    source = "# moved\n#\n#\n" + (folder / "integer.py").read_text()
+    if edited:
+        source = source.replace("    return x.reshape(-1, group_size)\n", "    # mine\n    return x.reshape(-1, group_size)\n")
+    source += "\n\ndef quantize(x, *args, **kwargs):\n    return scale_rows(x, 'group', 0, 0)\n"
+    (folder / "integer.py").write_text(source)
+    submission = Submission(module, folder)
+    try:
+        with pytest.raises(SubmissionError) as failure:
+            submission.function("quantize")(torch.ones(4))
+    finally:
+        submission.close()
+    message = failure.value.message
+    student_line = source.splitlines().index("    return x.reshape(-1, group_size)") + 1
+    stub_line = given_code("quantization", "integer.py").splitlines().index("    return x.reshape(-1, group_size)") + 1
+    caller = len(source.splitlines())
+    assert f'File "quantization/integer.py", line {caller}, in quantize' in message, message
+    if edited:
+        shown = f'File "integer.py (the course\'s given code)", line {stub_line}, in scale_rows'
+    else:
+        shown = f'File "quantization/integer.py", line {student_line}, in scale_rows'
+    assert shown in message and "return x.reshape(-1, group_size)" in message, message

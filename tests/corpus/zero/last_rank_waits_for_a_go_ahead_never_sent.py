@@ -5,7 +5,7 @@
 # select: ddp_training_matches_one_process_on_the_whole_batch and plain
 # fails: ddp_training_matches_one_process_on_the_whole_batch
 # kind: deadlock
-# message: train_ddp deadlocked: every rank waited in a communication call and no rank moved a byte for [\d.]+ s; where each rank was:\n  rank 0: ddp\.py:\d+ in finish_gradient_synchronization\(\): work\.wait\(\)\n      waits in wait\(\) on all_reduce in a group of 2\n  rank 1: ddp\.py:\d+ in _wait_for_the_go_ahead\(\): dist\.recv\(torch\.zeros\(1\), 0\)[^\n]*\n      waits in recv from rank 0 \(tag 0\)\nthe case: world size 2, train_ddp\(.plain
+# message: train_ddp deadlocked: every rank waited in a communication call and no rank moved a byte for [\d.]+ s; where each rank was:\n  rank 0: ddp\.py:\d+ in finish_gradient_synchronization\(\): work\.wait\(\)\n      waits in wait\(\) on all_reduce in a group of 2\n(      [^\n]*\n)*  rank 1: ddp\.py:\d+ in _wait_for_the_go_ahead\(\): dist\.recv\(torch\.zeros\(1\), 0\)[^\n]*\n      waits in recv from rank 0 \(tag 0\)\n(      [^\n]*\n)*the case: world size 2, train_ddp\(.plain
 
 _correct_finish = DDP.finish_gradient_synchronization
 
