@@ -4,22 +4,24 @@
 
 Your functions run in worker processes, never inside pytest. Schedules come back as lists and
 are replayed here by the course's simulator (grader.models.pipeline.simulate: read it), which
-counts the makespan, the bubble and the activations each rank holds. run_schedule runs on a
-world of 2 gloo processes through the given helper train_pipeline. The hidden suite checks many
-more sizes, partition against every possible cut, the zero-bubble bound of Qi et al. 2023,
-run_schedule on 2 and 4 ranks for every schedule (two-tensor stages, float32, m that p does not
-divide), the activations it keeps alive (exactly the simulator's peak), the split backward (a B
-whose W is in the schedule leaves .grad to that W), and the bytes each rank sends. `make grade` gives the
-score.
+counts the makespan, the bubble and the activations each rank holds. run_schedule runs on
+worlds of 2 and 4 gloo processes, and in pipeline groups that are not the world, through the
+given helper train_pipeline. The hidden suite checks many more sizes, partition against every
+possible cut, the zero-bubble bound of Qi et al. 2023, run_schedule for every schedule
+(two-tensor stages, float32, m that p does not divide), the activations it keeps alive (exactly
+the simulator's peak), the split backward (a B whose W is in the schedule leaves .grad to that
+W), and the bytes each rank sends. `make grade` gives the score.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
 import torch
 
 from grader.models.pipeline import Chunk, make_layers, pipeline_loss, simulate
+from grader.sandbox import Group
 from grader.testing import assert_matches, expect_exception, generator
 
 
@@ -95,3 +97,52 @@ def test_run_schedule_on_two_ranks_matches_one_process_and_frees_activations(sub
             assert_matches(got[f"layers.{i}.{name}"], param.grad, f"gradient of layers.{i}.{name}", 1e-9, 1e-12)
     peaks = [r["peak_live"] for r in result.outputs]
     assert peaks == [2, 1], f"ranks held {peaks} forwards' saved tensors at once; 1F1B needs p - rank = [2, 1]"
+
+
+# A world of 4 ranks split into pipeline groups, by global rank (group rank i holds stage i): one
+# 4-stage pipeline over the whole world, or two 2-stage pipelines side by side (two data-parallel
+# replicas, each pipelined over 2 ranks), each with its own model and batch.
+LAYOUTS = {"world-of-4": ((0, 1, 2, 3),), "pairs-0-2-and-1-3": ((0, 2), (1, 3))}
+NUM_LAYERS, M = 8, 4
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_run_schedule_on_4_ranks_matches_one_process_in_each_pipeline_group(submission, layout: str):
+    pipelines = LAYOUTS[layout]
+    args: dict[int, tuple] = {}
+    expected: dict[tuple[int, ...], dict[str, torch.Tensor]] = {}
+    for ranks in pipelines:
+        group = Group(ranks) if len(ranks) < 4 else None  # None: the whole world
+        gen = generator("public-pipeline", layout, ranks)
+        seed = int(torch.randint(2**31, (), generator=gen))
+        inputs = torch.randn(9, 6, generator=gen, dtype=torch.float64)
+        targets = torch.randn(9, 6, generator=gen, dtype=torch.float64)
+        # The same call on every rank of the pipeline: train_pipeline builds the rank's own stages.
+        call = ("one_f_one_b_schedule", (len(ranks), M), "dense", NUM_LAYERS, seed, inputs, targets, group)
+        args.update(dict.fromkeys(ranks, call))
+        layers = make_layers("dense", NUM_LAYERS, 6, seed, torch.float64)
+        pipeline_loss(Chunk(layers)(inputs), targets, 9).backward()
+        expected[ranks] = {
+            f"layers.{i}.{name}": param.grad
+            for i, layer in enumerate(layers)
+            for name, param in layer.named_parameters()
+        }
+    result = submission.function("train_pipeline").spmd(4, [args[rank] for rank in range(4)])
+    for ranks in pipelines:
+        shown = "group=None, the whole world" if len(ranks) == 4 else f"group={list(ranks)}, beside the other pipeline"
+        where = f"1F1B with p={len(ranks)}, m={M} on a world of 4 ({shown})"
+        got = {name: grad for rank in ranks for name, grad in result.outputs[rank]["grads"].items()}
+        missing, extra = sorted(expected[ranks].keys() - got.keys()), sorted(got.keys() - expected[ranks].keys())
+        assert not missing and not extra, (
+            f"{where}: no rank of the group returned the gradients of {missing}, and {extra} are not the model's: "
+            f"stage i runs on group rank i = dist.get_rank(group), and p = dist.get_world_size(group)"
+        )
+        for name, want in expected[ranks].items():
+            assert_matches(
+                got[name],
+                want,
+                f"{where}: gradient of {name} vs one process on the whole batch (the peers of group rank i are "
+                f"the global ranks dist.get_global_rank(group, i ± 1))",
+                1e-9,
+                1e-12,
+            )

@@ -5,17 +5,17 @@
 Your functions run in worker processes, never inside pytest. Checkpoints are written to a
 temporary folder and read back by torch.distributed.checkpoint (DCP) itself, in this process;
 train_with_restarts runs here on a world of 2 ranks already joined, called again as after a
-restart (the hidden suite runs it under torchrun and kills a worker); the flight-recorder dumps are real, recorded from small gloo jobs by
-grader.models.flight_recorder.record_dumps (read its docstring for the jobs and the format).
-The hidden suite checks the interval formulas against Young's and Daly's closed forms and a
-simulation of failures, straggler on tables whose answer the docstring fixes, step_breakdown
-on built traces and on real profiler traces of a data-parallel step, resharding from 4
-ranks to 2 and 3 and back, DCP reading your checkpoints and you reading DCP's, the bytes each
-rank writes, the async checkpoint's snapshot and how long it holds training against DCP's
-synchronous save, diagnose against torch's flight-recorder analyzer on real dumps of broken
-jobs, the Kubernetes manifests against the official client's models and as a real torchrun
-world, and every refusal. (Your manifests.py is named so that `import kubernetes` still finds
-the official client.) `make grade` gives the score.
+restart (the hidden suite runs it under torchrun and kills a worker); the flight-recorder dumps
+are real, recorded from small gloo jobs by grader.models.flight_recorder.record_dumps (read its
+docstring for the jobs and the format). The hidden suite checks the interval formulas against
+Young's and Daly's closed forms and a simulation of failures, straggler on tables whose answer
+the docstring fixes, step_breakdown on built traces and on real profiler traces of a
+data-parallel step, resharding from 4 ranks to 2 and 3 and back, DCP reading your checkpoints
+and you reading DCP's, the bytes each rank writes, the async checkpoint's snapshot and how long
+it holds training against DCP's synchronous save, diagnose against torch's flight-recorder
+analyzer on real dumps of broken jobs, the Kubernetes manifests against the official client's
+models and as a real torchrun world, and every refusal. (Your manifests.py is named so that
+`import kubernetes` still finds the official client.) `make grade` gives the score.
 """
 
 from __future__ import annotations

@@ -92,5 +92,5 @@ def test_training_time_and_gpu_hours_of_a_1b_model_on_20b_tokens(submission):
     assert math.isclose(days, 30_000 / 86_400, rel_tol=1e-9), f"training_time: {days} days, expected 30,000 s in days"
     hours = submission.function("gpu_hours")(flops, 1e15, 0.5)
     assert math.isclose(hours, 240_000 / 3600, rel_tol=1e-9), (
-        f"gpu_hours: {hours}, expected {240_000 / 3600:.2f} = 8 GPUs x 30,000 s in hours (the same on any number of GPUs)"
+        f"gpu_hours: {hours}, expected {240_000 / 3600:.2f} = 8 GPUs x 30,000 s in hours (on any number of GPUs)"
     )

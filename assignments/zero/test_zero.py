@@ -6,11 +6,10 @@ Your functions run in worker processes, never inside pytest; DDP, ShardedOptimiz
 fully_shard run on worlds of 2 and 4 gloo processes, and in process groups that are not the
 world, through the given helpers train_ddp, train_sharded and train_fsdp. The hidden suite
 checks more models (frozen, tied and unused parameters, a transformer), ZeRO stage 2, torch's
-own DistributedDataParallel and
-ZeroRedundancyOptimizer, and counts: saved activation bytes, all-reduce calls and elements per
-step, the overlap with backward, optimizer-state and gradient bytes per rank, the parameter
-bytes fully_shard keeps between layers; it also times DDP against torch's. `make grade` gives
-the score.
+own DistributedDataParallel and ZeroRedundancyOptimizer, and counts: saved activation bytes,
+all-reduce calls and elements per step, the overlap with backward, optimizer-state and gradient
+bytes per rank, the parameter bytes fully_shard keeps between layers; it also times DDP against
+torch's. `make grade` gives the score.
 """
 
 from __future__ import annotations
