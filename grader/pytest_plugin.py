@@ -59,7 +59,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SUBMISSIONS] = {}
     if _runs_course_tests(config) and not config.getoption("collectonly"):
         # Its torch import overlaps with this process's own (the tests' modules import torch).
-        start_zygote(config.getoption("device"))
+        # A student's public tests run straight get a lean one: ready when this process needs
+        # its first worker, not 1.5 s later (torch._dynamo, which only FLOP counting imports:
+        # never inside a timed check, and those are the hidden suites').
+        lean = not config.getoption("grading") and not _runs_hidden_suites(config)
+        start_zygote(config.getoption("device"), lean=lean)
 
 
 def _runs_course_tests(config: pytest.Config) -> bool:
@@ -69,6 +73,11 @@ def _runs_course_tests(config: pytest.Config) -> bool:
         if path.is_relative_to(COURSE_ROOT / "grader" / "suites") or "assignments" in path.parts:
             return True
     return False
+
+
+def _runs_hidden_suites(config: pytest.Config) -> bool:
+    suites = COURSE_ROOT / "grader" / "suites"
+    return any(Path(arg.split("::")[0]).resolve().is_relative_to(suites) for arg in config.args)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
