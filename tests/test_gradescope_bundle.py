@@ -49,10 +49,14 @@ def test_bundle_has_executable_scripts_at_its_root_and_no_solutions(bundle):
 
 
 def test_run_autograder_grades_a_tree_submission_with_hidden_tests_after_the_due_date(bundle, tmp_path):
+    """The reference, whose copy of a given helper (scale_rows) was rewritten to raise, gets full
+    marks: the bundle ships the pristine stubs the grader re-installs given code from."""
     root = tmp_path / "autograder"
     with zipfile.ZipFile(bundle) as archive:
         archive.extractall(root / "source")
     shutil.copytree(ROOT / "solutions" / MODULE, root / "submission" / "assignments" / MODULE)
+    with open(root / "submission" / "assignments" / MODULE / "integer.py", "a") as integer:
+        integer.write("\n\ndef scale_rows(*args, **kwargs):\n    raise RuntimeError('a rewritten given helper ran')\n")
     (root / "submission" / "README.md").write_text("my repository")
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "GRADER_MODULES": MODULE, "GRADER_PYTHON": sys.executable}
     completed = subprocess.run(

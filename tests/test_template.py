@@ -34,7 +34,7 @@ BROKEN = {
 }
 SHIFT = "# three lines the student added at the top of the file\n#\n#\n"
 BREAK = "raise RuntimeError('broken on purpose')"
-FAILED_NAME = re.compile(r"^\s+x (test_\S+) \(public\)", re.MULTILINE)
+FAILED_NAME = re.compile(r"^\s+x (test_\S+)\s+\(public\)", re.MULTILINE)  # a long name wraps before "(public)"
 LOCATION = re.compile(r'File "(?P<module>\w+)/(?P<file>\w+\.py)", line (?P<line>\d+), in (?P<function>\w+)')
 CHAIN = re.compile(r"(?P<file>\w+\.py):(?P<line>\d+) in (?P<function>\w+)\(\)")
 

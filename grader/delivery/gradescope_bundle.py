@@ -4,7 +4,8 @@ The zip holds, at its root, `setup.sh` (run once by Gradescope on its Ubuntu ima
 the CPU build of PyTorch pinned like the Makefile's TORCH_SPEC, then the course installed from
 `course/`) and `run_autograder` (run for every submission), and `course/`: course.toml (its
 hidden tests given the bundle's visibility), pyproject.toml, README.md, the grader package with
-its hidden suites, and for each module its public tests and stubs. Never solutions/.
+its hidden suites, and for each module its public tests and stubs (also in grader/given/, where the
+grader reads the course's given code from). Never solutions/.
 
 For every submission, `run_autograder` runs `python -m grader.delivery.gradescope_bundle ROOT`
 (this module's `main`): it gathers the student's files from ROOT/submission into one folder per
@@ -25,6 +26,7 @@ import zipfile
 from pathlib import Path
 
 from grader.course import Course, CourseError, load_course, tomllib
+from grader.sandbox.given import PRISTINE
 from grader.sync import stubs
 from grader.usage import UsageError
 
@@ -84,9 +86,12 @@ def build_bundle(course: Course, modules: list[str], out: Path, hidden_visibilit
         for path in _files(course.public_tests(name)):
             if path.suffix == ".py" and path.name.startswith(("test_", "conftest")):
                 entries[f"course/{path.relative_to(root).as_posix()}"] = path.read_bytes()
-    # Stand-ins for files a submission lacks, generated from solutions/ as `sync` writes them.
+    # Stand-ins for files a submission lacks, generated from solutions/ as `sync` writes them, and
+    # the pristine copies the grader re-installs the course's given code from (grader/sandbox/given.py).
     for stub in stubs(course, modules):
-        entries[f"course/{stub.target.relative_to(root).as_posix()}"] = stub.text.encode()
+        relative = stub.target.relative_to(root)
+        entries[f"course/{relative.as_posix()}"] = stub.text.encode()
+        entries[f"course/{(PRISTINE / relative.relative_to('assignments')).as_posix()}"] = stub.text.encode()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as bundle:
         for name, data in sorted(entries.items()):
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))  # the same course, the same zip

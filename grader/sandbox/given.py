@@ -106,6 +106,18 @@ def install_given(module: ModuleType, code: str, file: str) -> None:
         exec(compile(tree, filename, "exec", flags=flags, dont_inherit=True), module.__dict__)
 
 
+def given_spans(module: str, path: Path) -> list[tuple[int, int]]:
+    """(first, last) lines of the student's file `path` (of `module`) that hold a given definition
+    left as the course wrote it: code that runs under the student's file name but is the
+    course's (grader side, to tell the student's own frames from the given helpers around them)."""
+    code = given_code(module, path.name)
+    if not code:
+        return []
+    spans = {node.name: node.end_lineno - _first_line(node) for node in ast.parse(code).body if hasattr(node, "name")}
+    found = _unchanged_definitions(code.splitlines(keepends=True), path)
+    return [(first, first + spans[name]) for name, first in found.items()]
+
+
 def _unchanged_definitions(given_lines: list[str], path: Path) -> dict[str, int]:
     """{name: its first line in the student's file} for the top-level definitions of the
     student's file that are, line for line, the course's given definition of that name."""

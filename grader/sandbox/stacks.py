@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.sandbox.given import GIVEN_PREFIX
+from grader.sandbox.given import GIVEN_PREFIX, given_spans
 
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
 _FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>\S+)')
@@ -59,6 +59,15 @@ def _in_submission(frame: Frame, directory: Path | None) -> bool:
     return directory is not None and Path(frame.file).resolve().is_relative_to(directory)
 
 
+def _in_given_code(frame: Frame, directory: Path | None) -> bool:
+    """Whether the frame runs a given definition the student left as it came: it is in the
+    student's file (under its name and line) but is the course's code, not the student's."""
+    if not _in_submission(frame, directory):
+        return False
+    spans = given_spans(directory.name, Path(frame.file))
+    return any(first <= frame.line <= last for first, last in spans)
+
+
 def waiting_frames(text: str, directory: Path | None) -> list[Frame]:
     """The frames (innermost first) of the thread that matters in a dump: the one running the
     student's code, else the current thread, else the first; [] for a dump without Python stacks."""
@@ -75,7 +84,10 @@ def where(text: str, directory: Path | None) -> str:
     if not frames:
         return "no Python stack (the process did not answer the stack request)"
     innermost = frames[0]
-    student = next((f for f in frames if _in_submission(f, directory)), None)
+    # The student's own innermost line: past the given helpers it went through (a counting
+    # wrapper around a collective), else the innermost line of their files at all.
+    mine = [f for f in frames if _in_submission(f, directory)]
+    student = next((f for f in mine if not _in_given_code(f, directory)), mine[0] if mine else None)
     if student is None:
         return f"{Path(innermost.file).name}:{innermost.line} in {innermost.function}()"
     text = f"{Path(student.file).name}:{student.line} in {student.function}(): {student.source()}"
@@ -92,7 +104,12 @@ def call_chain(text: str, directory: Path | None) -> list[str]:
     frames = [f for f in reversed(waiting_frames(text, directory)) if _in_submission(f, directory) or _is_given(f)]
     if len(frames) < 2:
         return []
-    return [f"{_shown_file(f)}:{f.line} in {f.function}(): {f.source()}".rstrip() for f in frames]
+    return [_chain_line(frame, directory) for frame in frames]
+
+
+def _chain_line(frame: Frame, directory: Path | None) -> str:
+    given = "  (the course's given code)" if _in_given_code(frame, directory) else ""
+    return f"{_shown_file(frame)}:{frame.line} in {frame.function}(): {frame.source()}".rstrip() + given
 
 
 def _is_given(frame: Frame) -> bool:

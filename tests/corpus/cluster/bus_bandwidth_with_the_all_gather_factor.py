@@ -9,7 +9,7 @@
 
 
 def bus_bandwidth(op, nbytes, seconds, n):
-    if op not in BUS_FACTORS or not seconds > 0 or nbytes < 0 or not isinstance(n, int) or n < 1:
+    if op not in BUS_FACTORS or not seconds > 0 or nbytes < 0 or not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"bad arguments {(op, nbytes, seconds, n)}")
     algbw = nbytes / seconds / 1e9
     return algbw, algbw * (n - 1) / n

@@ -3,9 +3,9 @@
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: loads.py
 # select: link_loads
-# fails: test_link_loads_equal_the_simulators_bytes_per_link_class
+# fails: test_link_loads_equal_the_simulators_bytes_per_link_class|test_link_loads_count_every_ring_message_once_on_each_link_of_its_path
 # kind:
-# message: the simulator counts
+# message: the simulator counts|link_loads of one group per node [^\n]*: expected \{'nvlink': 8000
 
 
 def link_loads(cluster, groups, nbytes):

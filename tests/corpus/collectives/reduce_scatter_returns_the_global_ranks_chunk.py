@@ -3,7 +3,7 @@
 # ruff: noqa: E501, F821 - a fragment appended to a solution file, whose names are in scope
 # target: ring.py
 # select: ring_collectives_in
-# fails: ring_collectives_in
+# fails: ring_collectives_in(?!side)|ring_collectives_inside_two_subgroups_of_a_world_of_4_combine_only_their_members\[ring_reduce_scatter\]
 # kind: exception
 # message: in step 2 of 3 \(ring_reduce_scatter\): rank [23]:(.|\n)*return chunks\[dist\.get_rank\(\)\](.|\n)*IndexError: list index out of range
 

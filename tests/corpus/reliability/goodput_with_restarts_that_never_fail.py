@@ -4,7 +4,7 @@
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: interval.py
 # select: goodput
-# fails: test_goodput_is_dalys_expected_useful_fraction|test_goodput_matches_a_simulation_of_exponential_failures\[300
+# fails: test_goodput_with_one_mtbf_of_work_between_checkpoints|test_goodput_is_dalys_expected_useful_fraction|test_goodput_matches_a_simulation_of_exponential_failures\[300
 # kind:
 # message: expected|simulation
 

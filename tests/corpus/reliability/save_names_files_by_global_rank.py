@@ -4,7 +4,7 @@ is 0, so nobody writes .metadata, and the files are named __1_0 and __3_0."""
 # ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
 # target: checkpoint.py
 # select: checkpoint and subgroup or (loads_on_another and 4-2)
-# fails: test_a_checkpoint_saved_in_a_subgroup
+# fails: test_a_checkpoint_saved_in_a_subgroup|test_two_subgroups_of_a_world_of_four_each_save_their_own_checkpoint
 # kind:
 # message: files named by the rank within the group
 
