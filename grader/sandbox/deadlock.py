@@ -6,9 +6,9 @@ because it sees every rank of a world from one process:
 
 1. Stillness. While a call runs, the grader polls each rank's I/O counters (`wchar` + `rchar` in
    /proc/<pid>/io: gloo moves every byte with read/write calls). A world in which no rank moved a
-   byte for STILL_S seconds, and no thread of any rank is running or waiting for a CPU (state R:
-   a busy machine only delays a rank that has work), is suspect; a world that is computing or
-   communicating is not.
+   byte for STILL_S seconds, and no thread of any rank is running or waiting for a CPU or the
+   disk (state R or D: a busy machine only delays a rank that has work), is suspect; a world
+   that is computing, writing or communicating is not.
 2. Where. It then asks every rank that has not replied for its Python stack (faulthandler, which
    answers even while the thread waits in C++). If every one of them is inside a communication
    call (a function of torch.distributed, or a `.wait()` on a request), no rank can ever wake the
@@ -47,8 +47,9 @@ def io_bytes(pid: int) -> int:
 
 
 def any_thread_running(pid: int) -> bool:
-    """Whether a thread of the process is running or runnable (state R in /proc): a rank that
-    waits only for the CPU (a busy machine) is not blocked, whatever its counters say."""
+    """Whether a thread of the process is running or runnable (state R in /proc), or in a disk
+    wait (D: an fsync on a busy disk): a rank that waits only for the CPU or the disk is not
+    blocked, whatever its counters say."""
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
@@ -58,7 +59,7 @@ def any_thread_running(pid: int) -> bool:
             state = (task / "stat").read_text().rpartition(")")[2].split()[0]
         except (OSError, IndexError):
             continue
-        if state == "R":
+        if state in ("R", "D"):
             return True
     return False
 
