@@ -125,7 +125,9 @@ def ring_attention(
     from the previous one (dist.isend / dist.irecv, or dist.batch_isend_irecv), so the transfer runs
     while it computes; it waits only when it needs the next block. Partial outputs merge by the
     log-sum-exp of the online softmax (never by adding softmaxes). Each rank sends p-1 K/V blocks
-    and no rank ever holds the whole K or V.
+    and no rank ever holds the whole K or V. The output has q's dtype (float64, float32, bfloat16
+    or float16) and stays finite for logits of any size: the merge exponentiates only differences
+    such as lse_a - lse (it subtracts the maximum, as the online softmax does), never an lse itself.
 
     Backward (an autograd Function): the K/V blocks travel the ring again, as in forward, and
     each block's gradients dK and dV follow it one hop behind. The block's owner keeps its own

@@ -1,6 +1,6 @@
 """link_loads adds each ring message once to the class of its first link, not to every link it crosses."""
 
-# ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
+# ruff: noqa: E501, F821 - a fragment appended to a solution file, whose names are in scope
 # target: loads.py
 # select: link_loads
 # fails: test_link_loads_equal_the_simulators_bytes_per_link_class|test_link_loads_count_every_ring_message_once_on_each_link_of_its_path

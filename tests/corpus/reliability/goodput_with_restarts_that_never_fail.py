@@ -1,7 +1,7 @@
 """goodput charges each failure one restart of R seconds, as if restarts never failed:
 (e^((tau + delta)/M) - 1)(M + R) per segment instead of Daly's M e^(R/M) (e^((tau + delta)/M) - 1)."""
 
-# ruff: noqa: F821 - a fragment appended to a solution file, whose names are in scope
+# ruff: noqa: E501, F821 - a fragment appended to a solution file, whose names are in scope
 # target: interval.py
 # select: goodput
 # fails: test_goodput_with_one_mtbf_of_work_between_checkpoints|test_goodput_is_dalys_expected_useful_fraction|test_goodput_matches_a_simulation_of_exponential_failures\[300
