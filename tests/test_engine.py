@@ -301,6 +301,57 @@ def test_an_unmeasured_check_is_worth_nothing_is_still_counted_and_says_rerun():
     assert 'errors="1"' in render(report, "junit") and 'failures="1"' in render(report, "junit")
 
 
+TIMED_PROBE = """
+from pathlib import Path
+
+from grader.perf import NotMeasuredReliably
+
+RUNS = Path(__file__).with_name("runs")
+
+
+def test_time_busy_at_first():
+    runs = int(RUNS.read_text()) if RUNS.exists() else 0
+    RUNS.write_text(str(runs + 1))
+    if runs == 0:
+        raise NotMeasuredReliably("not measured reliably: the machine was busy")
+
+
+def test_time_always_busy():
+    raise NotMeasuredReliably("not measured reliably: the machine was busy")
+
+
+def test_time_passes():
+    pass
+"""
+
+
+def test_timed_checks_left_unmeasured_are_timed_again_at_the_end_and_say_a_rerun_gives_the_points(tmp_path):
+    """runner._measure_again: only the unmeasured checks run again, once; one measured then gets
+    its verdict, one still busy stays unmeasured (no points) and its message says a rerun gives
+    the points back, above its replay line."""
+    from grader.runner import _Collector, _measure_again
+
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    (folder / "test_probe.py").write_text(TIMED_PROBE)
+    course = type("Course", (), {"root": tmp_path})()
+    options = ["-p", "no:terminal", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-o", "addopts="]
+    collector = _Collector(course, None)
+    pytest.main([str(folder / "test_probe.py"), *options], plugins=[collector])
+    statuses = {n.split("::")[1]: r.status for n, r in collector.results.items()}
+    busy = {"test_time_busy_at_first": UNMEASURED, "test_time_always_busy": UNMEASURED}
+    assert statuses == {**busy, "test_time_passes": PASSED}
+    _measure_again(course, collector, options)
+    results = {n.split("::")[1]: r for n, r in collector.results.items()}
+    assert results["test_time_busy_at_first"].status == PASSED, "measured again, it gets its verdict"
+    assert (folder / "runs").read_text() == "2", "the busy check ran twice, no more"
+    still = results["test_time_always_busy"]
+    assert still.status == UNMEASURED
+    said, _, replay = still.message.partition("\nreplay:")
+    assert "Measured again at the end of the grading" in said and "gives them back" in said, still.message
+    assert replay, f"the replay line is gone or moved: {still.message!r}"
+
+
 def test_the_text_report_keeps_parametrize_ids_which_look_like_markup():
     module = ModuleResult("collectives", "Collectives", 10.0)
     name = "test_ring_allreduce_matches_all_reduce[world=3-divisible-float32]"
