@@ -3,8 +3,9 @@ torchrun's elastic agent (lecture 14-reliability, section 7).
 
 Run on every worker by
 
-    torchrun --nnodes=1 --nproc-per-node=2 --max-restarts=2 --rdzv-backend=c10d \
-             --rdzv-endpoint=127.0.0.1:PORT -m restart CHECKPOINT_DIR STEPS EVERY
+    torchrun --standalone --nproc-per-node=2 --max-restarts=2 -m restart CHECKPOINT_DIR STEPS EVERY
+
+(--standalone: one node, a c10d rendezvous on a free localhost port with a run id of its own.)
 
 torchrun starts the workers with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
 TORCHELASTIC_RESTART_COUNT in their environment. When one worker dies (the grader kills one with
@@ -138,16 +139,22 @@ def _join(restart: int) -> None:
     dist.init_process_group("gloo", store=dist.PrefixStore(f"round{restart}", store), rank=rank, world_size=world)
 
 
-def run_under_torchrun(checkpoint_dir: str, steps: int, every: int, kill_after: int, port: int) -> dict[str, Any]:
-    """For the grader: run train_with_restarts on 2 workers under a real torchrun (c10d
-    rendezvous on 127.0.0.1:`port`, --max-restarts=2); once the checkpoint of step `kill_after`
-    exists (kill_after > 0), SIGKILL rank 1's worker. Returns the final parameters, the workers
-    seen (restart, rank, pid) and torchrun's exit status."""
+def run_under_torchrun(checkpoint_dir: str, steps: int, every: int, kill_after: int) -> dict[str, Any]:
+    """For the grader: run train_with_restarts on 2 workers under a real torchrun (--standalone,
+    --max-restarts=2); once the checkpoint of step `kill_after` exists (kill_after > 0), SIGKILL
+    rank 1's worker. Returns the final parameters, the workers seen (restart, rank, pid) and
+    torchrun's exit status.
+
+    --standalone lets the store take a free port as it binds it, and gives the rendezvous a run
+    id of its own. A port chosen beforehand (bound, released, then passed to torchrun) can be
+    taken by another torchrun meanwhile, and an agent whose store cannot bind its port connects
+    to the store already there: with the default run id "none" it joins that job's rendezvous,
+    as a redundant node, and leaves when that job closes it (RendezvousGracefulExitError, then
+    torch's launcher fails on the agent's None result), or fails when that store goes away."""
     folder = Path(checkpoint_dir)
     here = str(Path(__file__).resolve().parent)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--max-restarts=2",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "restart", str(folder), str(steps),
-               str(every)]  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=2",
+               "-m", "restart", str(folder), str(steps), str(every)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": here + os.pathsep + os.environ.get("PYTHONPATH", "")}
     killed = None
     (folder / "workers").mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Hidden suite: train_with_restarts under a real torchrun (the library: torch.distributed.run,
-its elastic agent and c10d rendezvous on localhost, --max-restarts=2) whose rank-1 worker is
+its elastic agent and c10d rendezvous on localhost, --standalone --max-restarts=2) whose rank-1 worker is
 killed with SIGKILL once the checkpoint of step 4 exists. torchrun must have restarted both
 workers (new pids, restart count 1), and the final parameters must equal, bit for bit in
 float64, those of an uninterrupted run computed in the grader's process from the course's own
@@ -16,7 +16,6 @@ import torch
 
 from grader.sandbox import SubmissionError
 from grader.sandbox import scratch as worker_folders
-from grader.suites.reliability.k8s_reference import free_port
 from grader.suites.reliability.restart_reference import states
 from grader.testing import expect_exception
 
@@ -43,7 +42,7 @@ def restarted_run(submission, scratch: Path) -> dict:
         folder = scratch / f"run{len(_RUNS)}"
         folder.mkdir()
         (folder / PARTIAL).write_bytes(b"a save that died halfway")  # must be ignored
-        run = submission.function("run_under_torchrun")(str(folder), STEPS, EVERY, KILL_AFTER, free_port())
+        run = submission.function("run_under_torchrun")(str(folder), STEPS, EVERY, KILL_AFTER)
         _RUNS[id(submission)] = {**run, "folder": folder}
     return _RUNS[id(submission)]
 
