@@ -13,7 +13,14 @@ from conftest import ROOT, prefetched, run_grader
 
 from grader.cli import main
 from grader.course import load_course
-from grader.delivery.mutants import graded_statuses, load_equivalents, module_mutants, sample
+from grader.delivery.mutants import (
+    enclosing_function,
+    graded_statuses,
+    in_shard,
+    load_equivalents,
+    module_mutants,
+    sample,
+)
 from grader.delivery.mutation_operators import OPERATORS, fenced_regions, mutants
 from grader.perf import TIMED_CHECK_WORDS
 from grader.usage import UsageError
@@ -132,6 +139,34 @@ def test_the_sample_is_seeded_and_spread_over_files_and_operators():
     assert len({m.file for m in picked}) == 3 and len({m.operator for m in picked}) >= 5
 
 
+def test_a_sample_as_large_as_the_functions_holds_a_mutant_of_every_function():
+    every = moe_mutants()
+    functions = {(m.file, enclosing_function(m)) for m in every}
+    assert ("routing.py", "expert_capacity") in functions, sorted(functions)
+    for seed in (0, 1, 2):
+        picked = sample(every, len(functions), seed)
+        missing = functions - {(m.file, enclosing_function(m)) for m in picked}
+        assert not missing, f"seed {seed}: a sample of {len(functions)} has no mutant of {sorted(missing)}"
+
+
+def test_a_mutant_inside_a_method_names_its_class_and_one_outside_any_function_names_none():
+    source = (
+        "class Cache:\n    def get(self, k):\n        ### BEGIN SOLUTION\n        return k + 1\n"
+        "        ### END SOLUTION\n\n\ndef f(k):\n    ### BEGIN SOLUTION\n    return k * 2\n    ### END SOLUTION\n"
+    )
+    names = {m.line: enclosing_function(m) for m in mutants("toy.py", source)}
+    assert names[4] == "Cache.get" and names[10] == "f", names
+
+
+def test_shards_split_the_mutants_chosen_into_disjoint_parts_that_cover_them():
+    every = moe_mutants()
+    shards = [[m.id for m in every if in_shard(m, i, 4)] for i in range(4)]
+    assert sorted(i for shard in shards for i in shard) == sorted(m.id for m in every), "each mutant: one shard"
+    assert all(len(shard) > len(every) / 8 for shard in shards), [len(shard) for shard in shards]
+    again = [[m.id for m in reversed(every) if in_shard(m, i, 4)] for i in range(4)]
+    assert [sorted(s) for s in again] == [sorted(s) for s in shards], "a shard depends on the ids alone"
+
+
 def test_the_equivalent_lists_name_each_mutant_with_a_reason(tmp_path):
     for listed in sorted((ROOT / "tests" / "mutants").glob("*.toml")):
         assert all(reason.strip() for reason in load_equivalents(listed).values()), listed
@@ -147,6 +182,8 @@ def test_the_equivalent_lists_name_each_mutant_with_a_reason(tmp_path):
         (["nope"], "unknown module"),
         (["moe", "--limit", "0"], "--limit"),
         (["moe", "--jobs", "0"], "--jobs"),
+        (["moe", "--shard", "4/4"], "--shard"),
+        (["moe", "--shard", "x"], "--shard"),
         (["collectives", "--id", "ring.py:1:1:nothing:x"], "no such mutant"),
     ],
 )

@@ -1,6 +1,7 @@
 """`python -m grader mutants MODULE`: how well do the tests catch a wrong solution? (instructor-only)
 
-    python -m grader mutants MODULE [--limit N] [--seed S] [--jobs N] [--id ID ...] [--perf] [--out FILE]
+    python -m grader mutants MODULE [--limit N] [--seed S] [--shard I/N] [--jobs N] [--id ID ...] [--perf]
+                                   [--out FILE]
 
 Each mutant is the reference solution with one small change inside its fenced code (`<` for
 `<=`, a dropped statement, `sum` for `mean`, ...: grader/delivery/mutation_operators.py). Each
@@ -19,8 +20,12 @@ mutant). Equivalent ones are listed, each with a one-line reason, in tests/mutan
 
 They are not graded, and count neither as killed nor as survived; a listed id that is no longer
 generated is reported as stale. --limit N grades N mutants sampled with --seed (default 0),
-spread over the module's files and operators; --id grades only the named ones (the survivors of
-an earlier run, once tests were added for them).
+spread over the module's functions first (with N at least their number, every fenced function
+has a mutant), then over each function's operators; --id grades only the named ones (the
+survivors of an earlier run, once tests were added for them). --shard I/N keeps the I-th of N
+disjoint shards of whatever was chosen (a mutant's shard is a hash of its id, so shards do not
+depend on one another or on the order of enumeration): a full run of a large module is done in
+N sessions, each shard's report kept (--out) and its counts recorded in README.md's table.
 
 The report (standard output; progress goes to standard error) gives the counts, the kill rate of
 the non-equivalent mutants, the time taken, and every survivor's id and diff; --out also writes
@@ -34,6 +39,8 @@ such grading processes (this file run as a script) and keeps each busy.
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import json
 import os
 import random
@@ -44,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -74,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("module", metavar="MODULE", help="the module whose solution is mutated")
     parser.add_argument("--limit", type=int, metavar="N", help="grade N sampled mutants (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample and of the grading (default 0)")
+    parser.add_argument("--shard", metavar="I/N", help="grade only shard I of N (0 <= I < N) of the mutants chosen")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="mutants graded at once (default 1)")
     parser.add_argument("--id", action="append", dest="ids", metavar="ID", help="grade only this mutant (repeatable)")
     parser.add_argument(
@@ -88,6 +97,7 @@ def run(course: Course, options: argparse.Namespace) -> int:
         raise UsageError(f"--limit must be at least 1, got {options.limit}")
     if options.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {options.jobs}")
+    shard = parse_shard(options.shard) if options.shard else None
     if not (course.root / "solutions" / module).is_dir():
         raise UsageError("mutants change the reference solutions, and there is no solutions/ folder here")
 
@@ -95,6 +105,8 @@ def run(course: Course, options: argparse.Namespace) -> int:
     every = module_mutants(course, module)
     equivalents = load_equivalents(equivalents_path(course, module))
     chosen = select(every, options.ids, options.limit, options.seed)
+    if shard is not None:
+        chosen = [m for m in chosen if in_shard(m, *shard)]
     to_grade = [m for m in chosen if m.id not in equivalents]
     print(f"{module}: {len(every)} mutants, grading {len(to_grade)}", file=sys.stderr, flush=True)
     try:
@@ -103,6 +115,7 @@ def run(course: Course, options: argparse.Namespace) -> int:
         print("grader: mutants: interrupted, no report", file=sys.stderr)
         return 130
     report = Report(module, len(every), options.limit, options.seed, time.perf_counter() - started, options.perf)
+    report.shard = options.shard if shard is not None else None
     report.stale = sorted(set(equivalents) - {m.id for m in every})
     for mutant in chosen:
         if mutant.id in equivalents:
@@ -156,17 +169,63 @@ def select(every: list[Mutant], ids: list[str] | None, limit: int | None, seed: 
     return every if limit is None or limit >= len(every) else sample(every, limit, seed)
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """"I/N" as (I, N), with 0 <= I < N."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise UsageError(f"--shard takes I/N with 0 <= I < N (e.g. 0/8), got {text!r}")
+    return int(index), int(count)
+
+
+def in_shard(mutant: Mutant, index: int, count: int) -> bool:
+    """Whether `mutant` is in shard `index` of `count`: a hash of its id, the same in every run."""
+    return zlib.crc32(mutant.id.encode()) % count == index
+
+
+def enclosing_function(mutant: Mutant) -> str:
+    """The name of the innermost function (as Class.method for a method) whose lines hold the
+    mutant's change, or "" outside any function."""
+    inside = [(end - start, name) for start, end, name in _functions(mutant.original) if start <= mutant.line <= end]
+    return min(inside)[1] if inside else ""
+
+
+@functools.cache
+def _functions(source: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, qualified name) of every function of `source`, methods included."""
+    found = []
+    stack: list[tuple[ast.AST, str]] = [(ast.parse(source), "")]
+    while stack:
+        node, prefix = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            name = prefix
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    found.append((child.lineno, child.end_lineno or child.lineno, name))
+                name += "."
+            stack.append((child, name))
+    return found
+
+
 def sample(every: list[Mutant], limit: int, seed: int) -> list[Mutant]:
-    """`limit` mutants spread over files and operators: one from each (file, operator) group in
-    turn, groups and members in a seeded random order; returned in enumeration order. The same
-    mutants are drawn whatever tests/mutants/ lists, so a sample stays comparable between runs."""
+    """`limit` mutants spread over the module's functions, then over each function's operators:
+    one from each function in turn (functions in a seeded random order); within a function, one
+    from each of its operators in turn. With `limit` at least the number of functions, every
+    function is in the sample. Returned in enumeration order. The same mutants are drawn
+    whatever tests/mutants/ lists, so a sample stays comparable between runs."""
     rng = random.Random(seed)
-    groups: dict[tuple[str, str], list[int]] = {}
+    functions: dict[tuple[str, str], dict[str, list[int]]] = {}
     for index, mutant in enumerate(every):
-        groups.setdefault((mutant.file, mutant.operator), []).append(index)
-    queues = [groups[key] for key in sorted(groups)]
-    for queue in queues:
-        rng.shuffle(queue)
+        key = (mutant.file, enclosing_function(mutant))
+        functions.setdefault(key, {}).setdefault(mutant.operator, []).append(index)
+    queues = []
+    for key in sorted(functions):
+        operators = [functions[key][op] for op in sorted(functions[key])]
+        for members in operators:
+            rng.shuffle(members)
+        rng.shuffle(operators)
+        interleaved = [members[i] for i in range(max(map(len, operators))) for members in operators if i < len(members)]
+        queues.append(interleaved[::-1])  # popped from the end: the interleaved order
     rng.shuffle(queues)
     picked: list[int] = []
     while len(picked) < limit:
@@ -364,6 +423,7 @@ class Report:
     seed: int
     seconds: float
     perf: bool = False  # the counted performance checks were graded too
+    shard: str | None = None  # "I/N": only that shard of the mutants chosen
     results: list[Result] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # equivalent ids no longer generated
 
@@ -385,7 +445,9 @@ class Report:
         rate = "n/a" if self.kill_rate is None else f"{100 * self.kill_rate:.1f}%"
         sampled = ""
         if len(self.results) < self.generated:
-            sampled = f" (--limit {self.limit}, seed {self.seed})" if self.limit else " (chosen with --id)"
+            sampled = f" (--limit {self.limit}, seed {self.seed})" if self.limit else ""
+            sampled += f" (shard {self.shard})" if self.shard else ""
+            sampled = sampled or " (chosen with --id)"
         lines = [
             f"mutants of {self.module}: {self.generated} generated, {len(self.results)} taken{sampled}"
             + (", graded with the counted performance checks" if self.perf else ""),
@@ -409,6 +471,7 @@ class Report:
             "limit": self.limit,
             "seed": self.seed,
             "perf": self.perf,
+            "shard": self.shard,
             "killed": self.count(KILLED),
             "survived": self.count(SURVIVED),
             "equivalent": self.count(EQUIVALENT),
