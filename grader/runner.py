@@ -116,10 +116,7 @@ def pytest_options(course: Course) -> list[str]:
     ]
 
 
-REMEASURED = (
-    " Measured again at the end of the grading, the machine was still too busy: this check gives no points for"
-    " now, and a rerun of the grading on a quieter machine gives them back."
-)
+REMEASURED = " It was timed again at the end of the grading, and the machine was still too busy."
 
 
 def _measure_again(course: Course, collector: _Collector, options: list[Any]) -> None:

@@ -155,17 +155,26 @@ def _nbytes(tensors: Any) -> int:
 
 # ProcessGroup method -> (position of the argument whose bytes count, bytes sent per byte of it
 # in a group of p): ring all-reduce 2(p-1)/p, all-gather p-1 of its input, reduce-scatter and
-# all-to-all (p-1)/p of the whole, a send all of it.
+# all-to-all (p-1)/p of the whole, a send all of it. Each collective under every name torch
+# dispatches it by: dist.all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single
+# call the `*_single` methods (torch 2.5 on), older releases `_allgather_base`,
+# `_reduce_scatter_base` and `alltoall_base`.
 GROUP_CALLS: dict[str, tuple[int, Any]] = {
     "allreduce": (0, lambda p: 2 * (p - 1) / p),
     "allreduce_coalesced": (0, lambda p: 2 * (p - 1) / p),
     "allgather": (1, lambda p: p - 1),
+    "allgather_coalesced": (1, lambda p: p - 1),
     "_allgather_base": (1, lambda p: p - 1),
+    "all_gather_single": (1, lambda p: p - 1),
+    "all_gather_single_coalesced": (1, lambda p: p - 1),
     "allgather_into_tensor_coalesced": (1, lambda p: p - 1),
     "reduce_scatter": (1, lambda p: (p - 1) / p),
     "_reduce_scatter_base": (1, lambda p: (p - 1) / p),
+    "reduce_scatter_single": (1, lambda p: (p - 1) / p),
+    "reduce_scatter_single_coalesced": (1, lambda p: (p - 1) / p),
     "reduce_scatter_tensor_coalesced": (1, lambda p: (p - 1) / p),
     "alltoall_base": (1, lambda p: (p - 1) / p),
+    "all_to_all_single": (1, lambda p: (p - 1) / p),
     "alltoall": (1, lambda p: (p - 1) / p),
     "broadcast": (0, lambda p: 1 if p > 1 else 0),
     "reduce": (0, lambda p: 1 if p > 1 else 0),
