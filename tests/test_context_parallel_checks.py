@@ -16,7 +16,10 @@ LIBRARY = "test_ulysses_and_allgather_kv_send_no_more_than_the_librarys_collecti
 LARGEST = "test_ring_attention_holds_one_block_of_scores_at_most"
 FLOPS = "test_causal_ring_skips_hidden_blocks_and_zigzag_balances_the_flops"
 OVERLAP = "test_ring_attention_posts_the_next_block_before_computing_on_this_one"
-RING_CHECKS = f"{EQUAL} or {BYTES} or {LARGEST} or {FLOPS} or {OVERLAP}"
+KINDS = "test_every_variant_calls_only_the_collectives_its_docstring_names"
+SWEEP = "test_every_variant_in_a_group_of_ranks_0_1_3_beside_a_group_of_1_in_a_world_of_4"  # reads KINDS' run
+RING_CHECKS = f"{EQUAL} or {BYTES} or {LARGEST} or {FLOPS} or {OVERLAP} or {KINDS} or {SWEEP}"
+ALLGATHER_CHECKS = f"allgather_kv_attention_matches_sdpa or {LIBRARY} or {KINDS} or {SWEEP}"
 
 grade = partial(grade_variant, "context_parallel")  # grade(tmp_path, variant, select)
 
@@ -31,7 +34,9 @@ def test_reference_sends_what_cp_comm_bytes_says(reference):
     assert test["status"] == "passed", test["output"]
     figures = test["extra_data"]
     forward, backward = figures["cp_comm_bytes"]
-    assert (forward, backward) == (24576, 49152), figures  # p=4, b=2, 4 kv heads, s_local=8, d=8, float64
+    assert (forward, backward) == (36864, 73728), figures  # p=4, b=2, 4 kv heads, s_local=12, d=8, float64
+    # one extra message of the smallest block (one K or dK) exceeds all the framing allowed
+    assert figures["slack_bytes"] < figures["smallest_block_bytes"] == 6144, figures
     for sent in figures["forward_bytes_per_rank"]:
         assert forward <= sent <= 1.05 * forward, figures
     for sent in figures["backward_bytes_per_rank"]:
@@ -80,6 +85,21 @@ def test_reference_overlaps_every_k_v_receive(reference):
                 assert order["matmuls"] > 0, order
 
 
+def test_reference_calls_the_collectives_its_docstrings_name(reference):
+    test = reference[KINDS]
+    assert test["status"] == "passed", test["output"]
+    calls = test["extra_data"]["calls_per_layer"]
+    # the probe sees the ring's messages (it is not blind): forward p-1 K/V exchanges, backward p-1
+    # of K/V and p-1 of dK/dV, each a send and a receive; a group of one sends nothing
+    for case in ("ring-gqa9/3-causal", "zigzag-gqa9/3-full"):
+        for rank in (0, 1, 3):
+            assert calls[f"{case} (0, 1, 3) rank {rank}"] == ["send", "recv"] * 6, calls
+        assert calls[f"{case} (2,) rank 2"] == [], calls
+    for layer, ops in calls.items():  # the library's all_to_all_single, all_gather_single and
+        if layer.startswith(("ulysses", "allgather_kv")):  # reduce_scatter_single: never an all-reduce
+            assert not any(op.startswith("allreduce") for op in ops), (layer, ops)
+
+
 def test_concatenating_the_scores_is_right_but_fails_the_largest_tensor_and_the_flops(tmp_path):
     tests = grade(tmp_path, "concatenate_the_scores", RING_CHECKS)
     assert_only_failing(tests, LARGEST, FLOPS)
@@ -89,7 +109,7 @@ def test_concatenating_the_scores_is_right_but_fails_the_largest_tensor_and_the_
 def test_repeating_kv_heads_is_right_but_fails_the_bytes(tmp_path):
     tests = grade(tmp_path, "repeat_kv_heads", RING_CHECKS)
     assert_only_failing(tests, BYTES, LARGEST)
-    assert "forward sent 49," in tests[BYTES]["output"]
+    assert "forward sent 74," in tests[BYTES]["output"]
 
 
 def test_waiting_before_computing_is_right_but_fails_the_overlap(tmp_path):
@@ -102,3 +122,19 @@ def test_zigzag_without_skipping_is_right_but_fails_the_balance(tmp_path):
     tests = grade(tmp_path, "zigzag_without_skipping", RING_CHECKS)
     assert_only_failing(tests, FLOPS)
     assert "at most (p+1)/(2p)" in tests[f"{FLOPS}[4]"]["output"]
+
+
+def test_gradients_setting_out_from_the_owner_are_right_but_fail_the_bytes(tmp_path):
+    # p hops of every dK/dV block instead of p-1: one stacked dK/dV block (12,288 bytes) too many
+    # per rank, more than the 4,608 bytes of framing the check allows
+    tests = grade(tmp_path, "gradients_set_out_from_the_owner", RING_CHECKS)
+    assert_only_failing(tests, BYTES)
+    assert "allow 115,200" in tests[BYTES]["output"]
+
+
+def test_all_reducing_the_kv_gradients_is_right_but_fails_the_kinds_of_collective(tmp_path):
+    # on gloo the all-reduce sends the reference's bytes: only the kind of call tells it apart
+    tests = grade(tmp_path, "all_reduce_the_kv_gradients", ALLGATHER_CHECKS)
+    assert_only_failing(tests, KINDS)
+    assert tests[f"{LIBRARY}[allgather_kv]"]["status"] == "passed"
+    assert "its backward called dist.all_reduce" in tests[KINDS]["output"]

@@ -69,6 +69,10 @@ def ring_allreduce_schedule(ranks: list[int], nbytes: int) -> dict:
     - an all-gather: one step repeated p - 1 times, each GPU sending the chunk it holds complete
       ("copy"), then passing on what it received.
 
+    `ranks` may be any distinct GPU ids >= 0 in any order, not only 0..p-1: the GPUs of one
+    rail across nodes ([3, 11, 19, 27] on nodes of 8), of a node other than node 0 ([8, ...,
+    15]), an unordered list, and any count p (3, 5, 6, ...). A GPU's place in the ring is its
+    position i in `ranks`, never its id; chunks are numbered 0..p-1 whatever the ids.
     Each GPU sends 2(p-1) chunks of N/p bytes. One GPU (p = 1): no steps.
     Raises ValueError for an empty list, a rank that is not an int >= 0, a GPU named twice, or
     nbytes that is not an int >= 0 (a float such as 64.0 is not an int, nor is a bool).
@@ -112,7 +116,9 @@ def double_binary_tree_allreduce_schedule(ranks: list[int], nbytes: int) -> dict
       ("copy") to its children of depth d.
 
     Each GPU sends at most N bytes per step, and the latency grows with log p, not p. One GPU:
-    no steps. Raises ValueError as ring_allreduce_schedule does.
+    no steps. `ranks` as in ring_allreduce_schedule: any distinct GPU ids in any order, any
+    count p (odd too); positions, not ids, make the trees.
+    Raises ValueError as ring_allreduce_schedule does.
     """
     raise NotImplementedError("implement double_binary_tree_allreduce_schedule (lectures/13-the-cluster.md, section 5)")
 
@@ -130,6 +136,8 @@ def recursive_halving_doubling_allreduce_schedule(ranks: list[int], nbytes: int)
 
     Each GPU sends 2(p-1)/p * N bytes, like a ring, in 2 log2 p steps instead of 2(p - 1); but
     its first step sends N/2 to the farthest partner, across nodes once p > gpus_per_node.
+    `ranks` as in ring_allreduce_schedule (any distinct GPU ids in any order): the partner of
+    position i is position i XOR d, never GPU id XOR d.
     Raises ValueError as ring_allreduce_schedule does, and for p that is not a power of two.
     """
     raise NotImplementedError("implement recursive_halving_doubling_allreduce_schedule (lectures/13-the-cluster.md, section 5)")

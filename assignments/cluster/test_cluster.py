@@ -6,11 +6,12 @@ Your functions run in worker processes, never inside pytest. Schedules come back
 and are replayed here by the course's flow-level simulator (grader.models.cluster.simulate: read
 it), which counts the bytes on every link and the makespan; collective_step runs a schedule for
 real on a world of 4 gloo processes (2 "nodes" of 2, or two groups of 2 at once) and is compared
-with dist.all_reduce or all_to_all_single. The hidden suite checks every schedule on 4 and 8
-ranks for sizes that do and do not divide, the bytes per link class on clusters up to 1,024 GPUs,
-the latency terms, choose_algorithm against the simulator from 8 to 16,384 GPUs, bus_bandwidth
-against nccl-tests, link_loads against the simulator, and every refusal. `make grade` gives the
-score.
+with dist.all_reduce or all_to_all_single. The hidden suite checks every schedule on 4 to 8
+ranks for sizes that do and do not divide, over GPU lists that are not 0..p-1 (the GPUs of one
+rail, of node 1, out of order, 3, 5, 6 or 7 GPUs), the bytes per link class on clusters up to
+1,024 GPUs, the latency terms, choose_algorithm against the simulator from 8 to 16,384 GPUs and
+its ties, bus_bandwidth against nccl-tests, link_loads against the simulator, and every refusal.
+`make grade` gives the score.
 """
 
 from __future__ import annotations

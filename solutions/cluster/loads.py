@@ -14,9 +14,11 @@ def link_loads(cluster: Cluster, groups: list[list[int]], nbytes: int) -> dict[s
     """Bytes on each link class of `cluster` when every group of `groups` (a list of GPU ids, in
     ring order) all-reduces `nbytes` with lecture 1's ring, all groups at the same time: GPU
     group[i] sends 2(p-1)/p * nbytes to group[(i+1) % p] (p = its group's size; a group of one
-    sends nothing). Returns {"nvlink": ..., "nic": ..., "spine": ...}, each the bytes summed over
-    every link of the class (a message counts once on every link of its cluster.path), equal to
-    the simulator's Simulation.bytes_by_class() of those rings.
+    sends nothing). A group is any GPUs of the cluster in any order, of any size (a rail across
+    nodes, a node other than node 0, a scattered set), and groups may differ in size.
+    Returns {"nvlink": ..., "nic": ..., "spine": ...}, each the bytes summed over every link of
+    the class (a message counts once on every link of its cluster.path), equal to the
+    simulator's Simulation.bytes_by_class() of those rings.
 
     Use it to compare placements: data-parallel groups of one local rank across the nodes of a
     pod put nothing on the spine of a rail-optimised cluster, and a tensor-parallel group inside

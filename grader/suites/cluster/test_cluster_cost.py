@@ -115,9 +115,27 @@ def test_choose_algorithm_matches_the_simulators_fastest_from_8_to_16384_gpus(su
     assert not misses, f"{len(misses)} of {len(cases)} choices off the simulator: " + "; ".join(misses[:4])
 
 
-def test_choose_algorithm_breaks_a_tie_by_the_order_of_algorithms(submission):
-    """One node of 6: ring and hierarchical predict the same time; the first listed wins."""
-    assert submission.function("choose_algorithm")("all_reduce", 1 << 30, CLUSTERS[-1]) == "ring"
+def one_gpu_per_node(nodes: int) -> Cluster:
+    return Cluster(nodes=nodes, gpus_per_node=1, nvlink_GBps=450.0, nics_per_node=1, nic_Gbps=400.0)
+
+
+# Exact ties of the model (every term the same float): the first of ALGORITHMS listed must win
+TIES = [
+    (CLUSTERS[-1], 1 << 30, "one node of 6: ring and hierarchical (g = 6, n = 1) tie"),
+    (one_gpu_per_node(2), 1 << 20, "2 nodes of 1 GPU: ring, hierarchical and halving-doubling tie"),
+    (one_gpu_per_node(3), 1 << 20, "3 nodes of 1 GPU: ring and hierarchical tie, no halving-doubling"),
+    (one_gpu_per_node(1), 1 << 20, "one GPU: every algorithm takes 0 s"),
+]
+
+
+@pytest.mark.parametrize(("cluster", "nbytes", "why"), TIES, ids=[why.split(":")[0] for _, _, why in TIES])
+def test_choose_algorithm_breaks_a_tie_by_the_order_of_algorithms(submission, cluster, nbytes, why):
+    """A tie goes to the algorithm listed first in ALGORITHMS: "ring" in each of these."""
+    got = submission.function("choose_algorithm")("all_reduce", nbytes, cluster)
+    assert got == "ring", (
+        f"choose_algorithm('all_reduce', {nbytes}, {cluster.nodes} nodes of {cluster.gpus_per_node}): {why}; "
+        f"expected 'ring' (the first of ALGORITHMS among the fastest), got {got!r}"
+    )
 
 
 @pytest.mark.points(4)

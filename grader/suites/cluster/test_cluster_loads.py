@@ -1,7 +1,8 @@
 """Hidden suite: link_loads against the simulator (grader.models.cluster.simulate) replaying the
 same rings: data-parallel groups on rail-optimised and fat-tree clusters, tensor-parallel groups
-inside a node and across nodes, groups of one, mixed sizes, groups in any order; and its
-refusals."""
+inside a node and across nodes, groups of one, mixed sizes (3, 5, 6, 7: no power of two), groups
+in any order of GPUs that are not 0..p-1 (a rail, a node other than node 0, scattered sets); and
+its refusals."""
 
 from __future__ import annotations
 
@@ -42,6 +43,15 @@ CASES = [
     ("tensor-parallel across nodes", RAIL, tensor_parallel(RAIL, 8, False), 1 << 24),
     ("tensor-parallel across nodes on a fat-tree", FAT_TREE, tensor_parallel(FAT_TREE, 4, False), 1 << 24),
     ("groups of one and of three, out of order", RAIL, [[5], [9, 2, 40], [63, 0]], 999),
+    # sizes that are no power of two and differ: rail 5 over 5 of the 8 nodes out of order, 6
+    # GPUs of node 2 out of order, 7 GPUs over nodes and rails
+    (
+        "groups of 5, 6 and 7: a rail, a node other than node 0, a scattered set",
+        RAIL,
+        [[13, 5, 29, 21, 45], [18, 16, 23, 17, 20, 19], [62, 1, 33, 24, 58, 10, 47]],
+        3 << 20,
+    ),
+    ("groups of 3 and 5 on a fat-tree, across leaves", FAT_TREE, [[40, 3, 17], [63, 8, 30, 55, 36]], 5 << 10),
     ("an empty buffer", RAIL, data_parallel(RAIL), 0),
 ]
 

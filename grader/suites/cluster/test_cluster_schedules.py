@@ -1,17 +1,22 @@
 """Hidden suite: the schedules, run for real and replayed in the simulator.
 
 Run for real: the given executor (grader.models.cluster.run_schedule, through the given
-collective_step) runs each schedule on worlds of 4 and 8 gloo ranks, two "nodes" of 2 or 4 GPUs,
-and the result is compared with the library's collective on the same inputs
-(torch.distributed.all_reduce, torch.distributed.all_to_all_single), for sizes that divide into
-the chunks, sizes that do not, fewer elements than chunks, float64 and float32.
+collective_step) runs each schedule on worlds of 4, 5, 6 and 8 gloo ranks, and the result is
+compared with the library's collective on the same inputs (torch.distributed.all_reduce,
+torch.distributed.all_to_all_single), for sizes that divide into the chunks, sizes that do not,
+fewer elements than chunks, float64 and float32. The schedules that take a list of GPUs get GPU
+ids that are not 0..p-1 (one rail across nodes, a node other than node 0, out of order), so a
+schedule that takes an id for a position, or assumes ids start at 0, fails; the ones that take
+a cluster run on two or three "nodes" of 2 or 4 GPUs.
 
 Replayed: the simulator counts the bytes on every link. Each schedule's figures equal those of
-the suite's own schedule (reference.py) on clusters of 2 to 1,024 GPUs; the closed forms of the
-docstrings are checked on their own, so that a failure says which promise broke: 2(p-1)/p N per
-GPU for a ring, 2(g-1)/g N on NVLink and 2(n-1)/n N/g on the network for the hierarchical
-all-reduce (the flat ring puts g times more on its busiest NIC), a latency that grows with
-log p for a tree and with p for a ring, the farthest partner first for halving-doubling.
+the suite's own schedule (reference.py) on clusters of 2 to 1,024 GPUs (3 nodes of 3 and a node
+of 6 among them), and over GPU lists that are not 0..p-1 (rails, a node other than node 0,
+unordered, 3, 5, 6 and 7 GPUs); the closed forms of the docstrings are checked on their own,
+so that a failure says which promise broke: 2(p-1)/p N per GPU for a ring, 2(g-1)/g N on
+NVLink and 2(n-1)/n N/g on the network for the hierarchical all-reduce (the flat ring puts g
+times more on its busiest NIC), a latency that grows with log p for a tree and with p for a
+ring, the farthest partner first for halving-doubling.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import math
 import pytest
 import torch
 
-from grader.models.cluster import Cluster, simulate
+from grader.models.cluster import Cluster, ScheduleError, simulate
 from grader.sandbox import Group, Step, SubmissionError
 from grader.suites.cluster import reference
 from grader.testing import assert_matches, expect_exception, generator
@@ -35,7 +40,16 @@ def small_cluster(nodes: int, gpus_per_node: int, **kw) -> Cluster:
 # 2 nodes of 2 and of 4 GPUs, and 3 nodes of 2: a ring of 3 nodes runs the wrong way round
 # or starts from the wrong chunk visibly, where with 2 nodes k + 1 and k - 1 are the same node
 WORLDS = {4: small_cluster(2, 2), 6: small_cluster(3, 2), 8: small_cluster(2, 4)}
-ORDERS = {4: [2, 0, 3, 1], 6: [4, 1, 5, 0, 3, 2], 8: [5, 1, 4, 0, 7, 3, 6, 2]}  # not 0..p-1
+# The GPU lists of the schedules that take one, as GPU ids of nodes of 8 (the executor lets
+# group rank i play GPU gpus[i], whatever its id): never 0..p-1, so an id taken for a position,
+# or ids assumed to start at 0, shows. 4: rail 3 of 4 nodes, out of order; 5: scattered over
+# nodes, an odd count; 6: part of node 1, out of order; 8: all of node 1, out of order.
+ORDERS = {
+    4: [19, 3, 27, 11],
+    5: [21, 4, 13, 30, 9],
+    6: [12, 9, 15, 8, 14, 10],
+    8: [13, 9, 12, 8, 15, 11, 14, 10],
+}
 SHAPES = [((7, 3), torch.float64), ((4, 4), torch.float64), ((3,), torch.float64), ((2, 5), torch.float32)]
 ALLREDUCE = {
     "ring_allreduce_schedule": lambda p: (ORDERS[p], 0),
@@ -55,7 +69,12 @@ def run_cases(submission, p: int, name: str, inputs: list[list[torch.Tensor]]) -
     return [[per_rank[r][i] for r in range(p)] for i in range(len(inputs))]
 
 
-REAL_CASES = [(p, name) for p in (4, 6, 8) for name in ALLREDUCE if p != 6 or "halving" not in name]
+# 5 ranks only for the two schedules of any p that take a GPU list (hierarchical needs a
+# cluster, halving-doubling a power of two)
+REAL_CASES = [(p, name) for p in (4, 6, 8) for name in ALLREDUCE if p != 6 or "halving" not in name] + [
+    (5, "ring_allreduce_schedule"),
+    (5, "double_binary_tree_allreduce_schedule"),
+]
 
 
 @pytest.mark.points(4)
@@ -63,7 +82,8 @@ REAL_CASES = [(p, name) for p in (4, 6, 8) for name in ALLREDUCE if p != 6 or "h
 def test_schedule_run_on_real_ranks_equals_dist_all_reduce(submission, library, name, p):
     """The executor's result on every rank equals torch.distributed.all_reduce of the same
     inputs, and every rank ends with the same bits (each chunk summed once, then copied).
-    Halving-doubling runs on 4 and 8 ranks (6 is not a power of two)."""
+    Halving-doubling runs on 4 and 8 ranks (6 is not a power of two); the GPU lists are ORDERS'
+    ids, never 0..p-1."""
     inputs = [
         [
             torch.randn(*shape, generator=generator("cluster", name, p, i, r), dtype=torch.float64).to(dtype)
@@ -75,8 +95,11 @@ def test_schedule_run_on_real_ranks_equals_dist_all_reduce(submission, library, 
     for (shape, dtype), case, got in zip(SHAPES, inputs, results):
         expected = library.spmd("grader.library:all_reduce", p, [(t.clone(),) for t in case]).outputs
         tol = (1e-12, 1e-12) if dtype == torch.float64 else (1e-5, 1e-6)
-        nodes = f"{WORLDS[p].nodes} nodes of {WORLDS[p].gpus_per_node}"
-        where = f"{name} on {p} ranks ({nodes}), a {tuple(shape)} {str(dtype)[6:]} buffer"
+        if name == "hierarchical_allreduce_schedule":
+            gpus = f"{WORLDS[p].nodes} nodes of {WORLDS[p].gpus_per_node}"
+        else:  # a GPU's place is its position in the list; chunks are 0..p-1 whatever the ids
+            gpus = f"GPUs {ORDERS[p]}, group rank i playing the i-th"
+        where = f"{name} on {p} ranks ({gpus}), a {tuple(shape)} {str(dtype)[6:]} buffer"
         for rank in range(p):
             assert_matches(
                 got[rank], expected[rank], f"{where}: rank {rank} after the schedule vs dist.all_reduce", *tol
@@ -125,9 +148,15 @@ def test_hierarchical_alltoall_run_on_real_ranks_equals_all_to_all_single(submis
 
 # --- replayed in the simulator --------------------------------------------------------------
 
+# 3 nodes of 3 and a node of 6: no power of two anywhere (chunk groups of 3 GPUs, rings of 3 nodes)
 CLUSTERS = [small_cluster(1, 2), small_cluster(2, 1), small_cluster(1, 8), small_cluster(2, 2), small_cluster(3, 4),
             small_cluster(4, 8), small_cluster(16, 8), small_cluster(5, 2, topology="fat_tree", leaf_down_ports=4),
-            Cluster.h100_cluster(128)]  # fmt: skip
+            small_cluster(3, 3), small_cluster(1, 6), Cluster.h100_cluster(128)]  # fmt: skip
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) < 200 else text[:197] + "..."
 
 
 def schedules_of(submission, name: str, cases: list[tuple]) -> list[dict]:
@@ -194,8 +223,55 @@ def test_halving_doubling_simulated_bytes_and_makespan_equal_the_docstrings_sche
         )
 
 
+# GPU lists on 4 rail-optimised nodes of 8 (GPU ids 0..31) that are not 0..p-1: a rail across
+# nodes, a node other than node 0, unordered and scattered lists, counts that are not a power of
+# two. Only the powers of two go to halving-doubling.
+ANY_GPUS_CLUSTER = small_cluster(4, 8)
+ANY_GPUS = [
+    ([3, 11, 19, 27], "rail 3 across 4 nodes"),
+    (list(range(8, 16)), "node 1"),
+    ([17, 16], "two GPUs of node 2, the higher id first"),
+    ([27, 19, 11, 3], "rail 3 backwards"),
+    ([21, 4, 30, 9, 16, 2, 27, 12], "8 GPUs scattered over the nodes, unordered"),
+    ([31 - 2 * k for k in range(16)], "the odd ids 31, 29, ..., 1"),
+    ([9, 1, 17], "3 GPUs, rail 1 out of order"),
+    ([21, 4, 13, 30, 9], "5 scattered GPUs"),
+    ([14, 8, 31, 2, 20, 25], "6 scattered GPUs"),
+    ([16, 18, 20, 22, 17, 19, 21], "7 GPUs of node 2"),
+]
+GPU_LIST_SCHEDULES = {
+    "ring_allreduce_schedule": reference.ring,
+    "double_binary_tree_allreduce_schedule": reference.double_binary_tree,
+    "recursive_halving_doubling_allreduce_schedule": reference.halving_doubling,
+}
+
+
+@pytest.mark.points(4)
+@pytest.mark.parametrize("name", list(GPU_LIST_SCHEDULES))
+def test_schedules_over_any_gpu_ids_equal_the_docstrings_schedule_on_those_gpus(submission, name):
+    """ranks need not be 0..p-1 (the docstrings): gpus is `ranks` as given, in order, every
+    transfer joins two of them, and the bytes on every link and the makespan equal those of the
+    suite's schedule over the same list, where position i of the list, never the id, is the
+    GPU's place in the ring, the trees or the halving pairs."""
+    cases = [(gpus, why) for gpus, why in ANY_GPUS if "halving" not in name or not len(gpus) & (len(gpus) - 1)]
+    nbytes = 3 * 5 * 7 << 10  # whole bytes per chunk for every count
+    got = schedules_of(submission, name, [(gpus, nbytes) for gpus, _ in cases])
+    cluster = ANY_GPUS_CLUSTER
+    for (gpus, why), schedule in zip(cases, got):
+        what = f"{name}({gpus}, {nbytes}) ({why}) on 4 nodes of 8"
+        hint = "a GPU's place is its position i in ranks, never its id; chunks are numbered by position"
+        assert isinstance(schedule, dict) and schedule.get("gpus") == gpus, (
+            f"{what}: expected gpus = ranks as given, {gpus}; got {_short(schedule)}"
+        )
+        try:
+            simulate(cluster, schedule)
+        except ScheduleError as error:
+            pytest.fail(f"{what}: the simulator refuses the schedule: {error} ({hint})")
+        same_figures(schedule, GPU_LIST_SCHEDULES[name](gpus, nbytes), cluster, f"{what}; {hint}")
+
+
 @pytest.mark.points(6)
-@pytest.mark.parametrize(("nodes", "g"), [(2, 2), (4, 8), (3, 4), (16, 8), (128, 8)])
+@pytest.mark.parametrize(("nodes", "g"), [(2, 2), (4, 8), (3, 4), (3, 6), (16, 8), (128, 8)])
 def test_hierarchical_sends_n_over_g_per_gpu_on_the_network_and_the_flat_ring_g_times_more(submission, nodes, g):
     """Per GPU: 2(g-1)/g N on NVLink and 2(n-1)/n N/g through its NIC; nothing on the spine
     within a pod. The flat ring over the same cluster puts g times more bytes on its busiest NIC."""

@@ -22,6 +22,8 @@ COST_CASES = [
         (4096, 3, 16, 16, 64, 2, 4),
         (1000, 1, 4, 1, 16, 1, 2),
         (12, 1, 3, 2, 5, 4, 1),  # heads that do not split over p: Ulysses' count is floored (112.5 -> 112)
+        (18, 3, 9, 3, 6, 3, 8),  # p = 3, no size a power of two
+        (6, 1, 4, 1, 5, 6, 1),  # p = 6, one position per rank: Ulysses' 5 * 50 / 6 = 41.67 is floored to 41
     )
 ]
 
@@ -50,7 +52,14 @@ def test_cp_comm_bytes_matches_the_algorithms(submission):
 @pytest.mark.points(2)
 def test_cp_comm_bytes_refuses_an_unknown_variant_and_a_sequence_that_does_not_split(submission):
     # "zigzag" is cp_step's name for the zigzag ring, not a variant of cp_comm_bytes (its bytes are "ring"'s)
-    for args in (("tree", 32, 1, 4, 4, 8, 4, 2), ("zigzag", 32, 1, 4, 4, 8, 4, 2), ("ring", 30, 1, 4, 4, 8, 4, 2)):
+    # s = 30 on 4 ranks and s = 20 on 3 ranks do not split (30 and 20 are even: s % 2 passes both)
+    refused = (
+        ("tree", 32, 1, 4, 4, 8, 4, 2),
+        ("zigzag", 32, 1, 4, 4, 8, 4, 2),
+        ("ring", 30, 1, 4, 4, 8, 4, 2),
+        ("allgather_kv", 20, 1, 3, 3, 8, 3, 2),
+    )
+    for args in refused:
         try:
             expect_exception("ValueError", lambda args=args: submission.function("cp_comm_bytes")(*args))
         except AssertionError as error:
@@ -63,6 +72,7 @@ OVERLAP_CASES = [
     (2, 16, 2, 64, 4, 1e12, 1e-5, 1e-9),
     (1, 8, 8, 64, 2, 1e12, 1e-5, 0.0),  # beta = 0 is allowed: latency alone, sqrt(alpha / quadratic)
     (1, 8, 8, 64, 2, 1e12, 0.0, 0.0),  # both zero: any block hides its transfer, s_local = 0
+    (3, 12, 3, 96, 1, 312e12, 2e-6, 1 / 25e9),  # no size a power of two, one-byte elements
 ]
 
 
@@ -112,7 +122,8 @@ def _expect_value_error(call, what: str, names: tuple[str, ...]) -> None:
 
 @pytest.mark.points(2)
 def test_ulysses_refuses_heads_that_do_not_split_over_the_ranks(submission):
-    """ValueError naming q (3 heads on 2 ranks) or k (1 kv head on 2 ranks), on every rank."""
+    """ValueError naming q (3 heads on 2 ranks, 4 heads on 3 ranks) or k (1 kv head on 2 ranks),
+    on every rank."""
     q, k, v = _qkv(3, 3, 4)
     _expect_value_error(
         lambda: submission.function("cp_step").spmd(2, [("ulysses", q, k, v)] * 2),
@@ -124,6 +135,13 @@ def test_ulysses_refuses_heads_that_do_not_split_over_the_ranks(submission):
         lambda: submission.function("cp_step").spmd(2, [("ulysses", q, k, v)] * 2),
         "ulysses_attention with 4 query heads and 1 kv head on 2 ranks",
         ("k", "kv head"),
+    )
+    # 4 heads on 3 ranks: even, a power of two, and still not a multiple of p
+    q, k, v = _qkv(4, 4, 3)
+    _expect_value_error(
+        lambda: submission.function("cp_step").spmd(3, [("ulysses", q, k, v)] * 3),
+        "ulysses_attention with 4 heads on 3 ranks",
+        ("q", "head"),
     )
 
 

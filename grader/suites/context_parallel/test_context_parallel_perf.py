@@ -1,11 +1,16 @@
 """Hidden suite, counted performance (no timing):
 
-- bytes each rank sends, counted by the kernel (wchar), on a world of 4 (s = 32, GQA 8 query and
+- bytes each rank sends, counted by the kernel (wchar), on a world of 4 (s = 48, GQA 8 query and
   4 kv heads, d = 8, float64): ring attention's forward at most p-1 hops of its K/V block, its
   backward at most p-1 hops of the K/V blocks and p-1 of their gradients (reference.cp_comm_bytes)
-  plus BYTES_SLACK_PER_MESSAGE of gloo framing per message; Ulysses and all-gathered K/V at most
-  what torch.distributed's own collectives of the same plan send in a trusted world of 4
-  (gloo's reduce_scatter is an all-reduce: twice the ideal), recorded beside the ideal figures.
+  plus BYTES_SLACK_PER_MESSAGE of gloo framing per message, less in all than one K block (one
+  extra hop fails); Ulysses and all-gathered K/V at most what torch.distributed's own collectives
+  of the same plan send in a trusted world of 4 (gloo's reduce_scatter is an all-reduce: twice
+  the ideal), recorded beside the ideal figures.
+- the kind of every collective (probe "groups", on the configuration sweep's world of 4,
+  reference.run_sweep): the ring only sends and receives, Ulysses only all-to-alls, all-gathered
+  K/V all-gathers in forward and reduce-scatters in backward (never an all-reduce: on gloo it
+  sends the bytes of a reduce-scatter, so only the kind tells them apart).
 - the largest tensor any operator makes during ring attention's forward and backward (probe
   "largest") at most one block of scores, b*h_q*s_local*s_local, or the K/V block pair a rank
   holds and sends, whichever is larger: no rank holds the whole K or V, nor scores of the whole
@@ -27,30 +32,42 @@ from grader.suites.context_parallel.reference import (
     BATCH,
     HEAD_DIM,
     HEADS,
+    NAMED_KINDS,
     S_LOCAL,
+    SWEEP_CASES,
+    SWEEP_GROUPS,
     Case,
+    call_name,
     case_outputs,
     cp_comm_bytes,
     cut,
     make_data,
     run_cases,
+    run_sweep,
 )
 
+# gloo frames every message it sends: 144 bytes with torch 2.13's gloo (the reference's forward
+# on 4 ranks sends 3 K/V messages of 12,288 bytes: 36,864 + 432); 256 are allowed. A correct ring
+# sends at most 6(p-1) messages per rank (K, V, dK and dV each apart: 2(p-1) forward, 4(p-1)
+# backward), so the slack of a rank's forward and backward is 256 * 6 * 3 = 4,608 bytes at p = 4,
+# less than the smallest block it could send once too often, one K (or dK) of b * h_kv * s_local
+# * d * 8 = 2 * 4 * 12 * 8 * 8 = 6,144 bytes: one extra message of any block fails the check.
+# (With s_local = 8, one K block was 4,096 bytes, and 36 messages' slack allowed an extra hop.)
 BYTES_SLACK_PER_MESSAGE = 256
-BYTES_P = 4
+BYTES_P, BYTES_S_LOCAL = 4, 12
 BYTE_RUNS: dict[tuple, object] = {}
 
 
 def _sizes(p: int, heads: str) -> tuple:
     h_q, h_kv = HEADS[heads]
-    return S_LOCAL * p, BATCH, h_q, h_kv, HEAD_DIM, p, 8
+    return BYTES_S_LOCAL * p, BATCH, h_q, h_kv, HEAD_DIM, p, 8
 
 
 def byte_run(submission, variant: str, backward: bool):
     """bytes_sent of one layer (forward, or forward and backward) of a variant on BYTES_P ranks."""
     key = (id(submission), variant, backward)
     if key not in BYTE_RUNS:
-        p, data = BYTES_P, make_data(BYTES_P, "gqa", "bytes")
+        p, data = BYTES_P, make_data(BYTES_P, "gqa", "bytes", s_local=BYTES_S_LOCAL)
         steps = []
         for r in range(p):
             q, k, v, grad = (cut(data[n], variant, p, r) for n in ("q", "k", "v", "grad"))
@@ -71,16 +88,19 @@ def test_ring_attention_sends_p_minus_1_kv_blocks_forward_and_twice_that_backwar
     if not any(total):
         pytest.skip("no bytes were counted: the messages did not go through sockets")
     ideal_forward, ideal_backward = cp_comm_bytes("ring", *_sizes(p, "gqa"))
-    messages = 2 * (p - 1)  # forward: one K/V message per hop; slack for K and V sent apart
-    allowed_forward = ideal_forward + BYTES_SLACK_PER_MESSAGE * 2 * messages
-    allowed_total = allowed_forward + ideal_backward + BYTES_SLACK_PER_MESSAGE * 4 * messages
+    # the most messages a correct ring sends: K and V apart in forward, and dK and dV in backward
+    forward_messages, backward_messages = 2 * (p - 1), 4 * (p - 1)
+    allowed_forward = ideal_forward + BYTES_SLACK_PER_MESSAGE * forward_messages
+    allowed_total = allowed_forward + ideal_backward + BYTES_SLACK_PER_MESSAGE * backward_messages
+    block = ideal_forward // (2 * (p - 1))
     record_property("forward_bytes_per_rank", forward)
     record_property("backward_bytes_per_rank", [t - f for t, f in zip(total, forward)])
     record_property("cp_comm_bytes", [ideal_forward, ideal_backward])
-    block = ideal_forward // (2 * (p - 1))
+    record_property("slack_bytes", allowed_total - ideal_forward - ideal_backward)
+    record_property("smallest_block_bytes", block)
     where = (
-        f"ring_attention on {p} ranks (s = {S_LOCAL * p}, b = {BATCH}, 8 query and 4 kv heads, d = {HEAD_DIM}, "
-        f"float64: one K or V block is {block:,} bytes)"
+        f"ring_attention on {p} ranks (s = {BYTES_S_LOCAL * p}, b = {BATCH}, 8 query and 4 kv heads, "
+        f"d = {HEAD_DIM}, float64: one K or V block is {block:,} bytes)"
     )
     for rank in range(p):
         assert forward[rank] <= allowed_forward, (
@@ -91,7 +111,8 @@ def test_ring_attention_sends_p_minus_1_kv_blocks_forward_and_twice_that_backwar
         assert total[rank] <= allowed_total, (
             f"{where}: rank {rank} sent {total[rank]:,} bytes in forward and backward; the forward's "
             f"{ideal_forward:,} and the backward's p-1 hops of the K/V blocks and p-1 of their gradients "
-            f"({ideal_backward:,}) allow {allowed_total:,}"
+            f"({ideal_backward:,}) allow {allowed_total:,}. A block's gradients start at the first rank the block "
+            f"reaches, not at its owner: the (p-1)-th hop brings them home"
         )
 
 
@@ -106,7 +127,9 @@ def test_ulysses_and_allgather_kv_send_no_more_than_the_librarys_collectives(
     if not any(sent):
         pytest.skip("no bytes were counted: the collectives did not go through sockets")
     baseline = library.spmd(
-        "grader.suites.context_parallel.reference:library_collectives", p, [(variant, p, "gqa", True)] * p
+        "grader.suites.context_parallel.reference:library_collectives",
+        p,
+        [(variant, p, "gqa", True, BYTES_S_LOCAL)] * p,
     )
     calls = 8 if variant == "ulysses" else 4
     allowed = max(baseline.bytes_sent) * 1.001 + BYTES_SLACK_PER_MESSAGE * calls * (p - 1)
@@ -117,8 +140,8 @@ def test_ulysses_and_allgather_kv_send_no_more_than_the_librarys_collectives(
     plan = "8 all_to_all_single" if variant == "ulysses" else "2 all_gather_single and 2 reduce_scatter_single"
     for rank in range(p):
         assert sent[rank] <= allowed, (
-            f"{variant} on {p} ranks (GQA 8/4 heads, s = {S_LOCAL * p}): rank {rank} sent {sent[rank]:,} bytes in "
-            f"forward and backward; torch.distributed's {plan} of the layer send {max(baseline.bytes_sent):,} "
+            f"{variant} on {p} ranks (GQA 8/4 heads, s = {BYTES_S_LOCAL * p}): rank {rank} sent {sent[rank]:,} "
+            f"bytes in forward and backward; torch.distributed's {plan} of the layer send {max(baseline.bytes_sent):,} "
             f"({int(allowed):,} allowed)"
         )
 
@@ -201,3 +224,48 @@ def test_ring_attention_posts_the_next_block_before_computing_on_this_one(submis
                 f"{order['trace']}"
             )
     record_property("p2p_order", seen)
+
+
+@pytest.mark.perf
+@pytest.mark.points(4)
+def test_every_variant_calls_only_the_collectives_its_docstring_names(submission, record_property):
+    """Every ProcessGroup call (probe "groups") of each layer of the configuration sweep (groups
+    of 3 and of 1 in a world of 4, causal and not): the ring's are sends and receives, Ulysses'
+    all-to-alls, all-gathered K/V's all-gathers in forward (its forward run alone) and
+    reduce-scatters in backward (the calls after the forward's), and in a group of several ranks
+    each phase calls them. On gloo an all-reduce of the whole gradient sends what a reduce-scatter
+    sends, so the bytes cannot tell them apart."""
+    run = run_sweep(submission)
+    measured, index = run["result"].measurements, run["index"]
+    seen = {}
+    for group in SWEEP_GROUPS:
+        for case in SWEEP_CASES:
+            forward_kinds, backward_kinds, named = NAMED_KINDS[case.variant]
+            for g, r in enumerate(group):
+                calls = [c["op"] for c in measured[r][index[("layer", case)]]["groups"]]
+                if ("forward", case) in index:
+                    ahead = len(measured[r][index[("forward", case)]]["groups"])
+                    phases = (("forward", calls[:ahead], forward_kinds), ("backward", calls[ahead:], backward_kinds))
+                else:
+                    phases = (("forward and backward", calls, forward_kinds | backward_kinds),)
+                seen[f"{case.id} {group} rank {r}"] = calls
+                for phase, ops, allowed in phases:
+                    wrong = [op for op in ops if op not in allowed]
+                    why = (
+                        " (an all-reduce of the whole gradient, then a slice, gives the right gradients but sends "
+                        "twice a reduce-scatter's bytes on NCCL)"
+                        if wrong and wrong[0].startswith("allreduce")
+                        else ""
+                    )
+                    assert not wrong, (
+                        f"{case.variant} (causal={case.causal}) in the cp group of global ranks {group}, global rank "
+                        f"{r} (group rank {g}): its {phase} called {call_name(wrong[0])}{why}; the docstring names "
+                        f"{named}. Calls seen in its {phase}, in order: {', '.join(map(call_name, ops))}"
+                    )
+                    # and the named ones do run: in a group of several ranks every phase communicates
+                    assert ops or len(group) == 1, (
+                        f"{case.variant} (causal={case.causal}) in the cp group of global ranks {group}, global rank "
+                        f"{r} (group rank {g}): its {phase} called no collective of the group at all; the docstring "
+                        f"names {named} (a collective over another group, or none, cannot give this group's result)"
+                    )
+    record_property("calls_per_layer", seen)

@@ -12,7 +12,9 @@ layout (train_torch_in_group in reference.py), plus the slack of grader/perf.py 
 per broadcast that ZeroRedundancyOptimizer saves (it broadcasts one bucket per rank, where
 ShardedOptimizer's docstring broadcasts each parameter).
 
-All four trainings run in one world-of-4 call, run once per submission for both checks.
+All four trainings run in one world-of-4 call, run once per submission for both checks. A second
+world of 4 splits into a group of 3 ranks {0, 2, 3} (no power of two: layers padded to a
+multiple of 3, owners at group ranks that are not the global ones) and a group of one {1}.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ RUNS: dict[int, tuple] = {}
 
 
 def pair_data(ranks: tuple[int, ...]):
-    """This pair's starting state, batches and single-process results, in TRAININGS order."""
-    state, inputs, targets = in_float64(make_state("plain", "groups", ranks), *make_data(2, "groups", ranks))
+    """This group's starting state, batches (ROWS_PER_RANK rows per member) and single-process
+    results, in TRAININGS order."""
+    state, inputs, targets = in_float64(make_state("plain", "groups", ranks), *make_data(len(ranks), "groups", ranks))
     expected = [train_single_process("plain", state, "adamw", LR, inputs, targets)] * 3
     expected.append(train_single_process("plain", state, "sgd", LR, inputs, targets))
     return state, inputs, targets, expected
@@ -54,12 +57,11 @@ def arguments(ranks: tuple[int, ...], group_rank: int, state, inputs, targets) -
     return start, state, x, y, LR, CAP_MB, Group(ranks)
 
 
-def run_in_groups(submission, library):
-    """Per global rank, the submission's four results and the call's bytes; the same for torch."""
-    if id(submission) in RUNS:
-        return RUNS[id(submission)]
+def the_four_trainings(groups: tuple[tuple[int, ...], ...]):
+    """Per global rank of a world of 4 split into `groups`: the four trainings' steps, torch's
+    arguments, and each group's expected results."""
     steps, torch_args, expected = [None] * 4, [None] * 4, {}
-    for ranks in GROUPS:
+    for ranks in groups:
         state, inputs, targets, expected[ranks] = pair_data(ranks)
         for group_rank, rank in enumerate(ranks):
             start, state, x, y, lr, cap, group = torch_args[rank] = arguments(ranks, group_rank, state, inputs, targets)
@@ -69,21 +71,26 @@ def run_in_groups(submission, library):
                 Step("train_sharded", (state, "adamw", 2, lr, x, y, group)),
                 Step("train_fsdp", ("plain", state, "sgd", lr, x, y, None, group)),
             ]
+    return steps, torch_args, expected
+
+
+def run_in_groups(submission, library):
+    """Per global rank, the submission's four results and the call's bytes; the same for torch."""
+    if id(submission) in RUNS:
+        return RUNS[id(submission)]
+    steps, torch_args, expected = the_four_trainings(GROUPS)
     got = submission.script_spmd(4, steps)
     torch_run = library.spmd("grader.suites.zero.reference:train_torch_in_group", 4, torch_args)
     RUNS[id(submission)] = got, torch_run, expected
     return RUNS[id(submission)]
 
 
-@pytest.mark.points(4)
-def test_data_parallel_in_two_groups_of_a_world_of_4_trains_each_like_one_process(submission, library):
-    got, _, expected = run_in_groups(submission, library)
-    for ranks in GROUPS:
+def check_groups(got, expected: dict, groups: tuple[tuple[int, ...], ...]) -> None:
+    """Every member of every group ends where one process on the group's whole batch ends."""
+    for ranks in groups:
         for index, training in enumerate(TRAININGS):
-            other = GROUPS[1 - GROUPS.index(ranks)]
-            where = (
-                f"{training} over group {list(ranks)} of a world of 4 (ranks {list(other)} ran another group meanwhile)"
-            )
+            others = " and ".join(str(list(g)) for g in groups if g != ranks)
+            where = f"{training} over group {list(ranks)} of a world of 4 (ranks {others} ran another group meanwhile)"
             if index == 3:
                 results = [got.steps[rank][index] for rank in ranks]
                 finals = [rebuild(results, "shards", "plain", where)]
@@ -99,6 +106,23 @@ def test_data_parallel_in_two_groups_of_a_world_of_4_trains_each_like_one_proces
                         f"dist.get_rank(group), group=group on every collective)",
                         *TOL,
                     )
+
+
+@pytest.mark.points(4)
+def test_data_parallel_in_two_groups_of_a_world_of_4_trains_each_like_one_process(submission, library):
+    got, _, expected = run_in_groups(submission, library)
+    check_groups(got, expected, GROUPS)
+
+
+# A group of 3 (no power of two: a layer of 272 parameters pads to 273, stage 2's owners are
+# group ranks 0, 1, 2 = global ranks 0, 2, 3) beside a group of one (p = 1: nothing to average)
+UNEVEN_GROUPS = ((0, 2, 3), (1,))
+
+
+@pytest.mark.points(3)
+def test_data_parallel_in_a_group_of_3_and_a_group_of_1_trains_each_like_one_process(submission):
+    steps, _, expected = the_four_trainings(UNEVEN_GROUPS)
+    check_groups(submission.script_spmd(4, steps), expected, UNEVEN_GROUPS)
 
 
 @pytest.mark.perf
