@@ -10,6 +10,13 @@ and they read what DCP writes:
     path/.metadata      written last, by rank 0: every tensor's full shape and dtype, and for
                         each chunk its rows, its file, and where its blob starts and how long it is
 
+Crash consistency: a folder is a checkpoint only while it holds `.metadata`, and `.metadata`
+names only complete, fsynced shard files. A save that does not finish (a rank killed, or raising,
+before commit returns) therefore never leaves a checkpoint that looks complete: in a fresh
+folder there is no `.metadata` yet, and in a folder that held an earlier checkpoint, write_shard
+removed the old `.metadata` before it overwrote any shard file. Checkpoints in other folders are
+never touched, so training resumes from the last one that was complete.
+
 A state is sharded the way fully_shard (FSDP2) shards parameters, on dim 0: rank r of p holds the
 rows shard_rows(R, p, r) of a tensor of R rows, blocks of ceil(R / p) rows, so the last ranks may
 hold fewer rows, or none. Resharding is then arithmetic on row ranges: rank r of the new world
@@ -113,6 +120,11 @@ def write_shard(state: State, path: str | os.PathLike, rank: int) -> dict[str, d
     flush the file and os.fsync it, as DCP's FileSystemWriter does (sync_files=True): until then
     its bytes may be only in the page cache, and a crash of the node would lose them.
 
+    If `path` already holds a `.metadata` (a checkpoint saved there before), remove it before
+    writing any byte: from then on the folder holds no checkpoint until commit writes the new
+    `.metadata`, so a save killed part-way never leaves the old metadata naming shard files
+    that are half overwritten (the module docstring: crash consistency).
+
     Returns, per name, {"rows": its number of rows, "trailing": its shape after dim 0 (a tuple),
     "dtype", "file": the file's name (not the path), "byte_offset": where its blob starts,
     "byte_length": the blob's length} (0 and 0 for a tensor of 0 rows).
@@ -125,6 +137,9 @@ def write_shard(state: State, path: str | os.PathLike, rank: int) -> dict[str, d
         if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0:
             raise ValueError(f"state[{name!r}] must be a tensor of >= 1 dim, not {type(tensor).__name__}")
     Path(path).mkdir(parents=True, exist_ok=True)
+    # The old checkpoint stops being one before its files change (every rank removes it: the
+    # first to get here does, the others find it gone).
+    (Path(path) / METADATA).unlink(missing_ok=True)
     file, records = f"__{rank}_0.distcp", {}
     with open(Path(path) / file, "wb") as out:
         for name in sorted(state):
@@ -146,7 +161,8 @@ def commit(records: dict[str, dict[str, Any]], path: str | os.PathLike, group: G
     """Finish a checkpoint that every rank of `group` has written with write_shard: gather every
     rank's records, check them, and have rank 0 of the group write `.metadata` (write_metadata).
     Returns on every rank only once the metadata is written (a barrier), so a checkpoint is
-    complete when commit returns anywhere. Without torch.distributed, a world of one.
+    complete when commit returns anywhere: when rank 0 fails to write it, commit returns on no
+    rank. Without torch.distributed, a world of one.
 
     A tensor's full shape is (R, *trailing) where R is the sum of the ranks' rows; its chunks are
     the ranks' non-empty shards in rank order. Raises ValueError, on every rank, when the ranks

@@ -2,12 +2,16 @@
 read and written interchangeably with torch.distributed.checkpoint (DCP, the library reference:
 dcp.save and dcp.load of DTensors sharded on dim 0 over the world); the bytes each rank writes
 counted from its file; the asynchronous checkpoint's snapshot and its blocking time as a ratio to
-the synchronous save in the same run."""
+the synchronous save in the same run; completion on every rank (each loads the checkpoint right
+after its own save returns, in groups of 1 and of 3 ranks 1, 2, 3; no rank returns when rank 0
+cannot write the metadata); crash consistency (a writer killed by the kernel in the middle of its
+file, ranks that disagree, each over an earlier checkpoint in the same folder)."""
 
 from __future__ import annotations
 
 import io
 import itertools
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +20,8 @@ import pytest
 import torch
 
 from grader.perf import Timing, best_ratio, interleaved_ratio, require_reliable
-from grader.sandbox import Group, SubmissionError, scratch
+from grader.sandbox import Group, Step, SubmissionError, scratch
+from grader.sandbox.pool import FILE_SIZE_LIMIT_MB
 from grader.suites.reliability.checkpoint_reference import chunks, full_state, rows_of, shards, spoil_chunks_not_needed
 from grader.testing import assert_matches, expect_exception
 
@@ -318,11 +323,14 @@ def test_bad_input_raises_a_clear_error(submission, tmp_path):
 @pytest.mark.points(3)
 def test_ranks_that_disagree_all_raise_value_error_and_write_no_metadata(submission, tmp_path):
     """Rank 1 holds another name, or rows that are not its shard: every rank raises (no hang),
-    and the checkpoint stays incomplete (no .metadata)."""
+    and the checkpoint stays incomplete (no .metadata). Each folder first holds a complete
+    checkpoint: both ranks overwrite their shard files before commit finds the disagreement, so
+    the old .metadata, which would name them, must be gone (write_shard removes it)."""
     full = full_state({"w": (8, 2)}, torch.float64, "disagree")
     good = shards(full, 2)
     for why, rank1 in (("names", {"v": good[1]["w"]}), ("rows", {"w": full["w"][:1]})):
         path = tmp_path / why
+        _save(submission, full_state({"w": (8, 2)}, torch.float64, "earlier", why), 2, path)
         with pytest.raises(SubmissionError) as raised:
             submission.function("save_sharded").spmd(2, [(good[0], str(path)), (rank1, str(path))])
         if raised.value.kind == "not_implemented":
@@ -331,4 +339,129 @@ def test_ranks_that_disagree_all_raise_value_error_and_write_no_metadata(submiss
             f"ranks that disagree on {why}: expected ValueError on every rank, "
             f"got {raised.value.kind}: {raised.value.message}"
         )
-        assert not (path / ".metadata").exists(), f"ranks that disagree on {why} still wrote .metadata"
+        assert not (path / ".metadata").exists(), (
+            f"ranks that disagree on {why}, saving over a complete checkpoint in the same folder: a .metadata is left "
+            "there, which names shard files the failed save overwrote. write_shard removes an earlier .metadata "
+            "before it writes (its docstring), and commit writes none when the ranks disagree"
+        )
+
+
+# ----------------------------------------------------------------------------- completion and crashes
+
+
+def _failure(error: SubmissionError) -> str:
+    """The line of a failed call's report that says what went wrong (an exception's last line, or
+    how a process died)."""
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    killed = [line for line in lines if "killed by" in line]
+    raised = [line for line in lines if re.match(r"\w+(Error|Exception)\b", line)]
+    return (killed or raised[-1:] or lines or [error.kind])[0]
+
+
+def _marker_files(folder: Path) -> list[int]:
+    """The ranks whose marker (write_shard's __<rank>_0.distcp) is in `folder`."""
+    return sorted(int(f.name[2:].partition("_")[0]) for f in folder.glob("__*_0.distcp")) if folder.is_dir() else []
+
+
+@pytest.mark.points(3)
+def test_no_rank_returns_from_save_sharded_before_rank_0_has_written_the_metadata(submission, tmp_path):
+    """3 ranks save, and rank 0 cannot write .metadata (a folder named .metadata.partial, where
+    write_metadata writes aside, is in the way): the checkpoint never becomes complete, so
+    save_sharded must return on no rank. Right after save_sharded, ranks 1 and 2 each run one
+    more step, write_shard of a marker to returned/: a marker means that rank's save returned
+    while there was no checkpoint (commit's docstring: a barrier after the metadata is written)."""
+    full = full_state(SHAPES, torch.float64, "returns")
+    path, markers = tmp_path / "ckpt", tmp_path / "returned"
+    (path / ".metadata.partial").mkdir(parents=True)
+    scripts = []
+    for rank, state in enumerate(shards(full, 3)):
+        steps = [Step("save_sharded", (state, str(path)))]
+        if rank > 0:
+            steps.append(Step("write_shard", ({"marker": torch.ones(1)}, str(markers), rank)))
+        scripts.append(steps)
+    try:
+        submission.script_spmd(3, scripts)
+    except SubmissionError as error:
+        if error.kind == "not_implemented":
+            raise
+        failure = _failure(error)
+    else:
+        # .metadata written some other way than write_metadata's: then it must be there.
+        assert (path / ".metadata").is_file(), (
+            "save_sharded returned on every rank, yet the folder holds no .metadata: the checkpoint is not complete"
+        )
+        return
+    returned = _marker_files(markers)
+    assert not returned, (
+        f"rank(s) {returned} returned from save_sharded and went on to their next step, though rank 0 never wrote "
+        f".metadata (its failure: {failure}). A checkpoint is complete when commit returns anywhere: rank 0 writes "
+        ".metadata, then a barrier, so that no rank returns before it is written (commit's docstring)"
+    )
+
+
+@pytest.mark.points(2)
+def test_every_rank_loads_the_whole_checkpoint_as_soon_as_its_save_returns(submission, tmp_path):
+    """A world of 4: rank 0 saves alone (a group of one) and ranks 1, 2, 3 together (group ranks
+    0, 1, 2), each group to its own folder; right after its save_sharded returns, every rank
+    loads its group's checkpoint with load_resharded in the same layout, and gets its rows."""
+    layouts = {(0,): "alone", (1, 2, 3): "trio"}
+    fulls = {members: full_state(SHAPES, torch.float64, "complete", name) for members, name in layouts.items()}
+    scripts, where = [None] * 4, {}
+    for members, name in layouts.items():
+        saved, targets = shards(fulls[members], len(members)), shards(fulls[members], len(members), views=False)
+        for local, rank in enumerate(members):
+            group, folder = Group(members), str(tmp_path / name)
+            scripts[rank] = [
+                Step("save_sharded", (saved[local], folder, group)),
+                Step("load_resharded", (targets[local], folder, group)),
+            ]
+            where[rank] = (members, local)
+    try:
+        got = submission.script_spmd(4, scripts).steps
+    except SubmissionError as error:
+        if error.kind == "exception" and error.step == 1 and "FileNotFoundError" in error.message:
+            pytest.fail(
+                "a rank's load_resharded, run right after its own save_sharded returned, found no .metadata: "
+                "save_sharded returns when the checkpoint is complete on every rank (a barrier after rank 0 "
+                f"writes it). The error:\n{error.message}"
+            )
+        raise
+    for members in layouts:
+        loaded = [got[rank][1] for rank in members]
+        _assert_rows(loaded, fulls[members], len(members), f"group {members}, loaded right after its save returned")
+
+
+@pytest.mark.points(3)
+def test_a_save_killed_part_way_leaves_no_checkpoint_and_the_previous_one_intact(submission, library, tmp_path):
+    """3 ranks save complete checkpoints to step1 and step2, then save again to step2 a state in
+    which rank 0's shard is larger than the largest file a worker may write
+    (FILE_SIZE_LIMIT_MB): the kernel kills rank 0 (SIGXFSZ) in the middle of its file. step2
+    must then hold no .metadata (the old one, which write_shard removes before it writes, would
+    name a half-overwritten file: a partial checkpoint taken as complete), and step1 must still
+    load, with DCP on 2 ranks, equal to what was saved."""
+    first, second = (full_state(SHAPES, torch.float64, "killed", step) for step in (1, 2))
+    _save(submission, first, 3, tmp_path / "step1")
+    _save(submission, second, 3, tmp_path / "step2")
+    columns = FILE_SIZE_LIMIT_MB * 2**20 // 4 + 4096  # float32: a few KiB past the limit
+    # One row: rank 0 holds all of it (shard_rows(1, 3, 0) = (0, 1)), ranks 1 and 2 none.
+    huge = shards({"huge": torch.zeros(1, columns)}, 3, views=False)
+    try:
+        submission.function("save_sharded").spmd(3, [(state, str(tmp_path / "step2")) for state in huge])
+    except SubmissionError as error:
+        if error.kind == "not_implemented":
+            raise
+        killed = _failure(error)
+    else:
+        pytest.fail(
+            f"save_sharded of a {columns * 4 / 2**20:.0f} MiB shard on rank 0 returned, though a worker may write at "
+            f"most {FILE_SIZE_LIMIT_MB} MiB to a file: expected the kernel to kill it in the middle of its file"
+        )
+    assert not (tmp_path / "step2" / ".metadata").exists(), (
+        f"a save into step2, which held a complete checkpoint, was killed part-way ({killed}); step2 still "
+        "holds a .metadata, which names rank 0's shard file that the killed save had begun to overwrite: a partial "
+        "checkpoint that looks complete. write_shard removes an earlier .metadata before it writes any byte "
+        "(its docstring, and the module docstring: crash consistency)"
+    )
+    shapes = {name: (tuple(t.shape), t.dtype) for name, t in first.items()}
+    loaded = library.spmd("grader.library:dcp_load_sharded", 2, [(shapes, str(tmp_path / "step1"))] * 2).outputs
+    _assert_rows(loaded, first, 2, "step1, the checkpoint before the killed save (dcp.load on 2 ranks)")

@@ -4,7 +4,9 @@ that skips), each verdict checked against the docstring's and against torch's ow
 (torch.distributed.flight_recorder, fr_trace: the library reference; grader/suites/reliability/
 fr_reference.py puts its findings in diagnose's terms); dumps edited from real ones for what the
 jobs do not reach (8 ranks, an empty buffer, ties, a disagreement in two groups, a wrong
-majority at rank 0); and the refusals."""
+majority at rank 0); real jobs of 2 ranks (every mismatch a tie) and 6 (not a power of two) and
+a world of 3 made from 4 dumps, each with the dumps out of rank order, ties among values whose
+lowest holder is not rank 0 nor the first dump, groups tied on record_id; and the refusals."""
 
 from __future__ import annotations
 
@@ -73,7 +75,8 @@ def check(got: object, want: dict, what: str) -> None:
     assert not wrong, (
         f"{what}: expected {want}, got {got}; wrong: {wrong}. See diagnose's docstring: the first sequence id where "
         "a group's members disagree, checked missing, op, sizes, dtypes in that order; suspects are the ranks "
-        "absent or outside the majority"
+        "absent or outside the majority (a tie: the value of the lowest rank among the tied values' holders, "
+        "whatever the order of the dumps)"
     )
 
 
@@ -224,6 +227,111 @@ def test_a_rank_that_issued_one_more_collective_makes_the_others_missing(submiss
     dumps[3]["entries"].append(extra)
     want = {"status": "missing", "process_group": WORLD, "seq": 6, "op": "gloo:all_reduce", "ranks": [0, 1, 2]}
     check(submission.function("diagnose")(dumps), want, "healthy dumps, rank 3 with one more world all_reduce")
+
+
+# ----------------------------------------------------------------------------- other worlds, dumps out of order
+
+# A fixed order that is not the ranks' (nor their reverse) for each world the recorder runs: a
+# diagnose that reads "the lowest rank" as "the first dump it was given" is caught.
+SHUFFLED = {2: [1, 0], 6: [3, 5, 0, 4, 1, 2]}
+
+
+def shuffled(dumps: list[dict], order: list[int]) -> list[dict]:
+    return [dumps[rank] for rank in order]
+
+
+@pytest.mark.points(0.5)
+@pytest.mark.parametrize("world_size", [2, 6])
+@pytest.mark.parametrize("job", BROKEN)
+def test_a_broken_job_of_2_or_6_ranks_is_diagnosed_whatever_the_order_of_its_dumps(submission, job, world_size):
+    """Real jobs of 2 ranks (the pair {0, 1} has the world's members; every mismatch is 1 against
+    1, a tie that rank 0's value wins) and of 6 (a size that is not a power of two), the dumps
+    handed over in the order SHUFFLED gives, not by rank."""
+    last = world_size - 1
+    want = dict(EXPECTED[job], ranks=[1] if job == "subgroup_skip" else [last])
+    order = SHUFFLED[world_size]
+    got = submission.function("diagnose")(shuffled(fresh(submission, job, world_size), order))
+    check(got, want, f"job {job!r} on {world_size} ranks, dumps given in the order of ranks {order}")
+
+
+@pytest.mark.points(2)
+def test_a_tie_goes_to_the_lowest_holder_of_a_tied_value_not_to_the_first_dump(submission):
+    """World of 6, world seq 2 (an all_reduce of [64, 8] on every rank) edited: ranks 2 and 5
+    keep [64, 8], ranks 3 and 4 send [64, 4], rank 0 [64, 1] and rank 1 [64, 2]. Two values tie
+    with 2 holders each; the lowest rank among their holders is 2, so [64, 8] is expected and
+    ranks 0, 1, 3, 4 are the suspects (rank 0's own value is held by no one else: it is not
+    among the tied). The dumps come in the order of ranks 4, 0, 3, 5, 1, 2."""
+    dumps = fresh(submission, "healthy", 6)
+    for rank, shape in ((0, [64, 1]), (1, [64, 2]), (3, [64, 4]), (4, [64, 4])):
+        for name in ("input_sizes", "output_sizes"):
+            entry(dumps, rank, "0", 2)[name] = [shape]
+    want = {"status": "mismatched_size", "process_group": WORLD, "seq": 2, "op": "gloo:all_reduce",
+            "ranks": [0, 1, 3, 4]}  # fmt: skip
+    got = submission.function("diagnose")(shuffled(dumps, [4, 0, 3, 5, 1, 2]))
+    check(got, want, "6 ranks, world seq 2's sizes [64, 1], [64, 2], [64, 8], [64, 4], [64, 4], [64, 8] by rank")
+
+
+def world_of_3(dumps: list[dict]) -> list[dict]:
+    """A world of 3 made from the healthy job's 4 dumps: rank 3 gone, the world's members
+    [0, 1, 2], rank 2 without the pair {2, 3} (its pg_config row and its entries), its other
+    entries renumbered 0, 1, 2, ... as its buffer would hold them."""
+    dumps = dumps[:3]
+    for dump in dumps:
+        dump["pg_config"]["0"]["ranks"] = "[0, 1, 2]"
+    rank2 = dumps[2]
+    rank2["pg_config"].pop("2")
+    rank2["entries"] = [e for e in rank2["entries"] if e["process_group"][0] != "2"]
+    for record_id, e in enumerate(rank2["entries"]):
+        e["record_id"] = record_id
+    return dumps
+
+
+@pytest.mark.points(1.5)
+def test_a_three_way_tie_in_a_world_of_3_goes_to_rank_0s_op(submission):
+    """A world of 3 (not a power of two; world_of_3): at world seq 2 rank 0 all_reduces, rank 1
+    broadcasts and rank 2 all_gathers: three values with one holder each, so rank 0's is
+    expected and ranks 1 and 2 are the suspects; the dumps come rank 2 first."""
+    dumps = world_of_3(fresh(submission, "healthy"))
+    entry(dumps, 1, "0", 2)["profiling_name"] = "gloo:broadcast"
+    entry(dumps, 2, "0", 2)["profiling_name"] = "gloo:all_gather"
+    want = {"status": "mismatched_op", "process_group": WORLD, "seq": 2, "op": "gloo:all_reduce", "ranks": [1, 2]}
+    got = submission.function("diagnose")(shuffled(dumps, [2, 0, 1]))
+    check(got, want, "3 ranks, world seq 2: all_reduce, broadcast, all_gather by rank, dumps in the order 2, 0, 1")
+
+
+@pytest.mark.points(1)
+def test_a_world_of_3_with_a_missing_rank_names_it(submission):
+    """The world of 3 with rank 1's world seq 5 (its last entry) removed: seq 5 lacks rank 1."""
+    dumps = world_of_3(fresh(submission, "healthy"))
+    dumps[1]["entries"].remove(entry(dumps, 1, "0", 5))
+    want = {"status": "missing", "process_group": WORLD, "seq": 5, "op": "gloo:all_reduce", "ranks": [1]}
+    check(submission.function("diagnose")(shuffled(dumps, [1, 2, 0])), want, "3 ranks, rank 1 without world seq 5")
+
+
+def renamed_group(dumps: list[dict], old: str, new: str) -> None:
+    """Group `old` called `new` in every dump (pg_config and entries), its row put first."""
+    for dump in dumps:
+        if old in dump["pg_config"]:
+            row = dict(dump["pg_config"].pop(old), name=new)
+            dump["pg_config"] = {new: row, **dump["pg_config"]}
+        for e in dump["entries"]:
+            if e["process_group"][0] == old:
+                e["process_group"] = (new, e["process_group"][1])
+
+
+@pytest.mark.points(1)
+def test_groups_whose_first_disagreements_tie_on_record_id_go_to_the_smaller_name_as_a_number(submission):
+    """Pairs renamed "9" ({0, 1}) and "10" ({2, 3}); both disagree at their seq 1, record_id 3
+    in every dump: "9" < "10" as numbers (as strings "10" would come first)."""
+    dumps = fresh(submission, "healthy")
+    renamed_group(dumps, "1", "9")
+    renamed_group(dumps, "2", "10")
+    entry(dumps, 1, "9", 1)["input_dtypes"] = ["Double"]
+    entry(dumps, 3, "10", 1)["input_sizes"] = [[7]]
+    want = {"status": "mismatched_dtype", "process_group": ("9", "pair_0_1"), "seq": 1, "op": "gloo:all_reduce",
+            "ranks": [1]}  # fmt: skip
+    got = submission.function("diagnose")(shuffled(dumps, [3, 2, 1, 0]))
+    check(got, want, 'pairs named "9" and "10", both disagreeing at record_id 3')
 
 
 # ----------------------------------------------------------------------------- refusals

@@ -301,9 +301,14 @@ def test_names_and_namespaces_of_exactly_63_characters_are_accepted(submission):
     hostname, <name>-<nodes - 1>, has exactly 63."""
     namespace, name = _name_of(63), _name_of(61)
     _, job = submission.function("torchrun_job")(**{**GOOD, "name": name, "namespace": namespace, "nodes": 2})
-    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
-    endpoint = f"--rdzv-endpoint={name}-0.{name}.{namespace}.svc.cluster.local:29500"
-    assert endpoint in command, f"63-character labels are legal; expected {endpoint} in {command}"
+    # Read as torchrun reads it (any spelling its parser takes: --rdzv_endpoint H:P as well).
+    argv = k8s.pod_argv(job, 0)
+    endpoint = f"{name}-0.{name}.{namespace}.svc.cluster.local:29500"
+    got = k8s.parse_torchrun(argv).rdzv_endpoint
+    assert got == endpoint, (
+        f"63-character labels are legal; expected torchrun's rendezvous endpoint {endpoint!r}, got {got!r} "
+        f"(command {argv!r})"
+    )
 
 
 @pytest.mark.points(0.2)
