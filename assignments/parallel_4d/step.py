@@ -40,10 +40,12 @@ def train_step(
     (float, the mean over the whole global batch, before the update) on the ranks of the last
     stage, None on the others.
 
-    Schedule: 1F1B within the rank's "pp" group (Megatron's non-interleaved schedule): stage s of
-    pp runs min(pp - s - 1, m) warm-up forwards, then alternates one forward and one backward,
-    then the remaining backwards, micro-batches in order; so at most pp - s micro-batches have
-    run their forward and not yet their backward. Stage s receives its inputs from the rank of
+    Schedule: 1F1B within the rank's "pp" group (Megatron's non-interleaved schedule) over m =
+    `microbatches` micro-batches, each B / (dp * m) rows of the rank's share (module docstring):
+    stage s of pp runs min(pp - s - 1, m) warm-up forwards, then alternates one forward and one
+    backward, then the remaining backwards, micro-batches in order; so at most pp - s micro-batches
+    have run their forward and not yet their backward (min(pp - s, m) at the busiest moment), and
+    each stage sends one message per micro-batch to each neighbour. Stage s receives its inputs from the rank of
     stage s - 1 and sends its outputs to stage s + 1 of its "pp" group (point to point, global
     ranks), and the gradients of those outputs come back the same way.
 

@@ -4,9 +4,11 @@
 
 Your functions run in worker processes, one per rank, joined by torch.distributed (gloo). The
 hidden suite checks more: rank_grid against Megatron-Core's RankGenerator in every order, one
-step on four meshes of 8 ranks against one process, the micro-batches 1F1B holds, the bytes each
-of your groups carries (every call counted), and each term of the planner's cost model;
-`make grade` gives the score.
+step against one process on meshes of 6 to 24 ranks (three pipeline stages, groups of three, and
+a world where no two kinds of group have the same members), the micro-batches 1F1B runs and
+holds, the bytes each of your groups carries (every call counted), and each term of the
+planner's cost model on nodes and spans that are not powers of two, ties included; `make grade`
+gives the score.
 """
 
 from __future__ import annotations

@@ -22,15 +22,22 @@ KINDS = ("tp", "cp", "dp", "pp", "dp-cp", "embedding")
 # (dp, tp, pp, cp): each world of 8 uses three of the four dimensions
 MESHES = [(2, 2, 2, 1), (2, 2, 1, 2), (1, 2, 2, 2), (2, 1, 2, 2)]
 MESH_16 = (2, 2, 2, 2)  # every dimension, on 16 ranks
+# pp = 3 needs a number of layers it divides: one block per stage. With pp >= 3 the "pp" group
+# (every stage) and the "embedding" group (the first and last stage only) differ.
+CONFIG_L3 = TinyGPTConfig(vocab_size=16, max_seq_len=8, num_layers=3, d_model=16, num_heads=4, num_kv_heads=2,
+                          mlp_ratio=2)  # fmt: skip
+# tp = 3 needs 3 KV heads, 3 | vocab_size; cp = 3 a sequence of 3k positions (6): groups of 3.
+CONFIG_3 = TinyGPTConfig(vocab_size=18, max_seq_len=8, num_layers=3, d_model=24, num_heads=6, num_kv_heads=3,
+                         mlp_ratio=2)  # fmt: skip
 
 
 def sizes_of(mesh: tuple[int, int, int, int]) -> dict[str, int]:
     return dict(zip(("dp", "tp", "pp", "cp"), mesh))
 
 
-def make_tokens(salt: int, batch: int = BATCH, seq: int = SEQ) -> torch.Tensor:
+def make_tokens(salt: int, batch: int = BATCH, seq: int = SEQ, vocab_size: int = CONFIG.vocab_size) -> torch.Tensor:
     """A fixed batch (torch.Generator, not the run's seed): every grading sees the same case."""
-    return torch.randint(0, CONFIG.vocab_size, (batch, seq + 1), generator=torch.Generator().manual_seed(salt))
+    return torch.randint(0, vocab_size, (batch, seq + 1), generator=torch.Generator().manual_seed(salt))
 
 
 def one_process_step(tokens: torch.Tensor, config: TinyGPTConfig = CONFIG, lr: float = LR, seed: int = SEED):
@@ -126,9 +133,8 @@ def traffic(config: TinyGPTConfig, sizes: dict[str, int], rank: int, batch: int,
             sent["pp"] += hidden * e
         if not first:
             sent["pp"] += hidden * e
-    held = sum(
-        math.prod(shard(n, torch.empty(shape_of(config, n)), 0, tp).shape) for n in held_names(config, sizes, rank)
-    )
+    shapes = [shard(n, torch.empty(shape_of(config, n)), 0, tp, config).shape for n in held_names(config, sizes, rank)]
+    held = sum(math.prod(shape) for shape in shapes)
     sent["dp-cp"] = all_reduce(dp * cp, held + (1 if last else 0))
     if pp > 1 and (first or last):
         sent["embedding"] = all_reduce(2, config.vocab_size // tp * config.d_model)

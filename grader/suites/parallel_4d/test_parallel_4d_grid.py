@@ -1,6 +1,8 @@
 """Hidden suite: rank_grid against Megatron-Core's RankGenerator (megatron.core.parallel_state,
 the layout Megatron-LM trains with) and the course's ProcessGrid, for every factorisation of
-worlds of 1 to 16 ranks in several orders, and its refusals."""
+worlds of 1, 6, 8, 12 and 16 ranks and the worlds of 24 where every size is 2 or 3 (no two kinds
+of group with the same members; with pp = 3, "pp" and "embedding" differ too), in several orders,
+and its refusals."""
 
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ def factorisations(world: int) -> list[dict[str, int]]:
 
 
 CASES = [(world, sizes, order) for world in (1, 6, 8, 12, 16) for sizes in factorisations(world) for order in ORDERS]
+# tp, cp, dp, pp each 2 or 3 on 24 ranks: no two kinds share members (but pp and embedding when pp = 2)
+CASES += [(24, sizes, order) for sizes in factorisations(24) if min(sizes.values()) > 1 for order in ORDERS]
 
 
 def grids_of(submission, cases):
@@ -43,7 +47,8 @@ def where(world, sizes, order) -> str:
 def test_rank_grid_groups_equal_megatron_core_rank_generator(submission):
     """Megatron-Core 0.16's RankGenerator(tp, ep=1, dp, pp, cp, order with ep appended) gives
     every group of "tp", "cp", "dp", "pp" and "dp-cp"; "embedding" is the first and last rank of
-    each pipeline group (Megatron's default embedding ranks). Every order of five."""
+    each pipeline group (Megatron's default embedding ranks; the one rank when pp = 1, not the
+    whole group when pp >= 3). Every order of five."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no Transformer Engine or Apex here: not needed
         from megatron.core.parallel_state import RankGenerator

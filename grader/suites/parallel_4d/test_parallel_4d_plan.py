@@ -14,6 +14,8 @@ from grader.models.transformer_config import TransformerConfig
 from grader.sandbox import Step
 from grader.suites.parallel_4d.reference import (
     CONFIG,
+    CONFIG_3,
+    CONFIG_L3,
     KINDS,
     expected_groups,
     memory_terms,
@@ -32,6 +34,15 @@ VOLUME_CASES = [  # (dp, tp, pp, cp), batch, seq, microbatches
     ((1, 4, 1, 1), 2, 4, 1),
     ((1, 1, 1, 4), 2, 8, 2),
     ((1, 1, 1, 1), 2, 8, 2),
+]
+# Sizes that are not powers of two, each with a model they split (pp = 3: 3 layers; tp = cp = 3:
+# 3 KV heads, 18 vocabulary rows, 6 positions), every rank asked in reverse order: comm_volume
+# answers for the rank it is given.
+VOLUME_CASES_3 = [  # (dp, tp, pp, cp), batch, seq, microbatches, config
+    ((2, 1, 3, 2), 12, 8, 3, CONFIG_L3),
+    ((2, 2, 3, 2), 12, 8, 2, CONFIG_L3),
+    ((1, 3, 1, 3), 6, 6, 2, CONFIG_3),
+    ((3, 3, 1, 1), 6, 6, 1, CONFIG_3),
 ]
 LLAMA3_405B = TransformerConfig(
     num_layers=126, d_model=16384, num_heads=128, num_kv_heads=8, d_ff=53248, vocab_size=128256, gated_mlp=True
@@ -53,20 +64,21 @@ def close(a: float, b: float) -> bool:
 
 @pytest.mark.points(8)
 def test_comm_volume_equals_the_calls_of_the_step_counted_one_by_one(submission):
+    """Eight meshes of 1 to 8 ranks on CONFIG, every rank in order; then meshes of 6 to 24 ranks
+    with pp = 3, tp = 3, cp = 3 or dp = 3, every rank in reverse order."""
+    cases = [(*case, CONFIG, False) for case in VOLUME_CASES] + [(*case, True) for case in VOLUME_CASES_3]
     steps = []
-    for mesh, batch, seq, m in VOLUME_CASES:
+    for mesh, batch, seq, m, config, backwards in cases:
         sizes = dict(zip(("dp", "tp", "pp", "cp"), mesh))
-        world = math.prod(mesh)
-        steps.append(
-            Step(
-                "volume_step", (CONFIG, sizes, "tp-cp-dp-pp", expected_groups(sizes), list(range(world)), batch, seq, m)
-            )
-        )
+        ranks = list(range(math.prod(mesh)))[:: -1 if backwards else 1]
+        groups = expected_groups(sizes)
+        steps.append(Step("volume_step", (config, sizes, "tp-cp-dp-pp", groups, ranks, batch, seq, m)))
     answers = submission.script(steps).steps[0]
-    for (mesh, batch, seq, m), ranks in zip(VOLUME_CASES, answers):
+    for (mesh, batch, seq, m, config, backwards), answer in zip(cases, answers):
         sizes = dict(zip(("dp", "tp", "pp", "cp"), mesh))
-        for rank, got in enumerate(ranks):
-            want = traffic(CONFIG, sizes, rank, batch, seq, m)
+        ranks = list(range(math.prod(mesh)))[:: -1 if backwards else 1]
+        for rank, got in zip(ranks, answer):
+            want = traffic(config, sizes, rank, batch, seq, m)
             assert set(got) == set(KINDS), f"comm_volume must key every kind of GROUP_KINDS, got {sorted(got)}"
             for kind in KINDS:
                 assert close(got[kind], want[kind]), (
@@ -109,23 +121,56 @@ def test_plan_memory_counts_each_term_of_its_docstring(submission):
 
 TIME_GRIDS = [(1, 1, 1, 16), (4, 1, 1, 4), (8, 1, 1, 2), (1, 4, 1, 4), (2, 4, 1, 2), (1, 1, 2, 8), (1, 1, 4, 4),
               (2, 2, 2, 2), (1, 16, 1, 1), (1, 1, 16, 1)]  # fmt: skip
+# Spans that are not powers of two, where "inside a node" as "the span divides gpus_per_node"
+# (the docstring) and as "the span <= gpus_per_node" differ: on nodes of 8, a group of 6 (or 3)
+# consecutive ranks starting at rank 6 (or 3) crosses into the next node; on nodes of 6, a span of
+# 4 starting at rank 4 does. TWELVE has 12 heads and 12 KV heads, so tp may be 3, 4 or 6.
+TWELVE = TransformerConfig(num_layers=6, d_model=768, num_heads=12, num_kv_heads=12, d_ff=3072, vocab_size=32000)
+TWELVE_GPUS_ON_NODES_OF_8 = dict(
+    gpus=12, gpus_per_node=8, memory_bytes=1e12, peak_flops=1e14, nvlink_bandwidth=2e11,
+    network_bandwidth=1e10, mfu=0.5,
+)  # fmt: skip
+TWELVE_GPUS_ON_NODES_OF_6 = {**TWELVE_GPUS_ON_NODES_OF_8, "gpus_per_node": 6}
+SPAN_GRIDS = {  # cluster name -> (cluster, grids (tp, cp, pp, dp)): each has a span <= the node that does not divide it
+    "nodes of 8": (TWELVE_GPUS_ON_NODES_OF_8, [
+        (2, 3, 1, 2),  # cp spans 6: across
+        (2, 1, 2, 3),  # dp-cp spans 6: across
+        (1, 3, 2, 2),  # cp spans 3, dp-cp 6: across
+        (3, 1, 1, 4),  # tp spans 3: across
+        (6, 1, 1, 2),  # tp spans 6: across
+        (4, 1, 3, 1),  # tp spans 4: inside; pp 12: across
+    ]),
+    "nodes of 6": (TWELVE_GPUS_ON_NODES_OF_6, [
+        (4, 1, 1, 3),  # tp spans 4: across
+        (2, 2, 1, 3),  # cp spans 4: across
+        (1, 4, 3, 1),  # cp spans 4: across
+        (3, 2, 2, 1),  # tp 3, cp 6, dp-cp 6: inside; pp 12: across
+        (6, 1, 2, 1),  # tp spans 6: inside
+        (1, 2, 1, 6),  # cp spans 2: inside; dp-cp 12: across
+    ]),
+}  # fmt: skip
 
 
 @pytest.mark.points(8)
 def test_step_seconds_counts_each_term_at_the_bandwidth_of_where_the_group_lies(submission):
     """SMALL on 16 GPUs, 4 per node: tp 4 stays inside a node, tp 8 crosses it; cp inside when
-    tp * cp divides 4; dp and pp spans as the docstring says."""
+    tp * cp divides 4; dp and pp spans as the docstring says. TWELVE on 12 GPUs, nodes of 8 and
+    of 6: spans of 3, 4 and 6 that fit in a node's size without dividing it go at
+    network_bandwidth; spans of 2, 3 and 6 that divide 6 at nvlink_bandwidth."""
     # and a batch of 36 on dp = 8, which does not divide it: m = 36 // 8 = 4 micro-batches, not 4.5
-    runs = [(TIME_GRIDS, 32), ([(1, 1, 2, 8)], 36)]
-    answers = submission.script([Step("seconds_step", (SMALL, SMALL_CLUSTER, grids, b, 2048)) for grids, b in runs])
-    for (grids, batch), got_all in zip(runs, answers.steps[0]):
+    runs = [(SMALL, SMALL_CLUSTER, TIME_GRIDS, 32, 2048), (SMALL, SMALL_CLUSTER, [(1, 1, 2, 8)], 36, 2048)]
+    runs += [(TWELVE, cluster, grids, 24, 3072) for cluster, grids in SPAN_GRIDS.values()]
+    steps = [Step("seconds_step", (cfg, cluster, grids, b, seq)) for cfg, cluster, grids, b, seq in runs]
+    for (cfg, cluster, grids, batch, seq), got_all in zip(runs, submission.script(steps).steps[0]):
         for grid, got in zip(grids, got_all):
-            terms = time_terms(SMALL, SMALL_CLUSTER, *grid, batch, 2048)
+            terms = time_terms(cfg, cluster, *grid, batch, seq)
             want = sum(terms.values())
             shown = ", ".join(f"{k} {v:.4g} s" for k, v in terms.items())
             assert close(got, want), (
-                f"step_seconds(tp, cp, pp, dp = {grid}, global_batch = {batch}): expected {want:.6g} s ({shown}; "
-                f"m = global_batch // dp = {batch // grid[3]}), got {got!r}"
+                f"step_seconds(tp, cp, pp, dp = {grid}, global_batch = {batch}) on {cluster['gpus']} GPUs, "
+                f"{cluster['gpus_per_node']} per node: expected {want:.6g} s ({shown}; m = global_batch // dp = "
+                f"{batch // grid[3]}; a group lies inside a node when its span (tp, tp*cp, tp*cp*dp, every rank) "
+                f"divides gpus_per_node), got {got!r}"
             )
 
 
@@ -133,40 +178,109 @@ ONE_NODE = {**SMALL_CLUSTER, "gpus": 8, "gpus_per_node": 8, "memory_bytes": 1e12
 # (tp, cp, pp, dp) = (1, 1, 1, 16) on SMALL_CLUSTER needs exactly this (every term an integer):
 # 4.75 P of model state, one layer input kept per layer, one layer recomputed.
 EXACT_LIMIT = 4.75 * 120848384 + 8 * 2 * 2048 * 1024 + 34 * 2048 * 1024
+PLAN_CASES = {  # id -> (cfg, cluster, global_batch, seq_len)
+    "16-gpus-400-mb": (SMALL, SMALL_CLUSTER, 32, 2048),
+    "one-node-of-8": (SMALL, ONE_NODE, 32, 2048),
+    "16-gpus-at-the-exact-limit": (SMALL, {**SMALL_CLUSTER, "memory_bytes": EXACT_LIMIT}, 32, 2048),
+    # tp 3 and 6 (<= 8, not dividing it) may not run; cp 3, 6, 12 do not divide 2048; dp 3 and 6 give
+    # dp-cp spans of 3, 6 and 12
+    "12-gpus-on-nodes-of-8": (TWELVE, TWELVE_GPUS_ON_NODES_OF_8, 24, 2048),
+    # tp 4 (<= 6, not dividing it) may not run; pp 4 (<= 6 layers, not dividing them) may, pp 12 not
+    "12-gpus-on-nodes-of-6": (TWELVE, TWELVE_GPUS_ON_NODES_OF_6, 24, 3072),
+}
+
+
+def brute_force(cfg, cluster: dict, batch: int, seq: int) -> list[tuple[float, tuple[int, int, int, int], float]]:
+    """(step_seconds, grid, plan_memory) of every grid plan's docstring lets run, fastest first,
+    ties in increasing (tp, cp, pp, dp)."""
+    want = []
+    for grid in runnable(cfg, cluster, batch, seq):
+        memory = sum(memory_terms(cfg, *grid, batch, seq).values())
+        if memory <= cluster["memory_bytes"]:
+            want.append((sum(time_terms(cfg, cluster, *grid, batch, seq).values()), grid, memory))
+    return sorted(want, key=lambda w: (w[0], *w[1]))
 
 
 @pytest.mark.points(8)
-@pytest.mark.parametrize(
-    "cluster", [SMALL_CLUSTER, ONE_NODE, {**SMALL_CLUSTER, "memory_bytes": EXACT_LIMIT}],
-    ids=["16-gpus-400-mb", "one-node-of-8", "16-gpus-at-the-exact-limit"],
-)  # fmt: skip
-def test_plan_lists_every_grid_that_fits_fastest_first_as_a_brute_force_search_does(submission, cluster):
+@pytest.mark.parametrize("case", list(PLAN_CASES), ids=list(PLAN_CASES))
+def test_plan_lists_every_grid_that_fits_fastest_first_as_a_brute_force_search_does(submission, case):
     """The exact limit fits (plan_memory <= memory_bytes); one node of 8 lists grids with cp = 8,
-    pp = 8 and dp = 8 (a dimension as large as the cluster)."""
-    batch, seq = 32, 2048
-    got = submission.script([Step("plan_step", (SMALL, cluster, batch, seq))]).steps[0][0]
-    want = []
-    for grid in runnable(SMALL, cluster, batch, seq):
-        memory = sum(memory_terms(SMALL, *grid, batch, seq).values())
-        if memory <= cluster["memory_bytes"]:
-            want.append((sum(time_terms(SMALL, cluster, *grid, batch, seq).values()), grid, memory))
-    want.sort(key=lambda w: (w[0], *w[1]))
-    got_grids = [(p["tp"], p["cp"], p["pp"], p["dp"]) for p in got]
-    assert got_grids == [w[1] for w in want], (
+    pp = 8 and dp = 8 (a dimension as large as the cluster); on 12 GPUs, tp must divide the
+    node's size (8 or 6), not merely fit in it, and pp need only be <= num_layers."""
+    cfg, cluster, batch, seq = PLAN_CASES[case]
+    got = submission.script([Step("plan_step", (cfg, cluster, batch, seq))]).steps[0][0]
+    want = brute_force(cfg, cluster, batch, seq)
+    got_grids, want_grids = [(p["tp"], p["cp"], p["pp"], p["dp"]) for p in got], [w[1] for w in want]
+    where = (
         f"plan on {cluster['gpus']} GPUs ({cluster['gpus_per_node']} per node, {cluster['memory_bytes']:.6g} bytes "
-        f"each): expected the grids {[w[1] for w in want]} in this order, "
-        f"got {got_grids}"
+        f"each), batch {batch}, seq_len {seq}"
     )
-    if cluster is SMALL_CLUSTER:
-        assert len(want) < len(runnable(SMALL, cluster, batch, seq)), "the case must leave some grids out for memory"
-    if cluster["memory_bytes"] == EXACT_LIMIT:
-        assert (1, 1, 1, 16) in [w[1] for w in want], "the exact-limit case must keep the grid that needs it"
-    for plan, (seconds, grid, memory) in zip(got, want):
-        assert plan["microbatches"] == batch // grid[3], f"plan {grid}: microbatches {plan['microbatches']}"
-        assert close(plan["memory_bytes"], memory) and close(plan["step_seconds"], seconds), (
-            f"plan {grid}: expected memory {memory:.6g} and {seconds:.6g} s, got {plan['memory_bytes']!r}, "
-            f"{plan['step_seconds']!r}"
+    missing, extra = sorted(set(want_grids) - set(got_grids)), sorted(set(got_grids) - set(want_grids))
+    wrong = ([f"{missing} can run and are missing"] if missing else []) + (
+        [f"{extra} are listed but may not run"] if extra else []
+    )
+    assert not wrong, (
+        f"{where}: the grids (tp, cp, pp, dp) {'; '.join(wrong)} (a grid runs when tp divides gpus_per_node, "
+        "num_heads and num_kv_heads; cp divides seq_len; pp <= num_layers; dp divides global_batch; and "
+        "plan_memory <= memory_bytes)"
+    )
+    by_grid = {grid: (seconds, memory) for seconds, grid, memory in want}
+    for plan, grid in zip(got, got_grids):
+        seconds, memory = by_grid[grid]
+        assert plan["microbatches"] == batch // grid[3], (
+            f"{where}: plan {grid}: expected microbatches = global_batch / dp = {batch // grid[3]}, "
+            f"got {plan['microbatches']!r}"
         )
+        assert close(plan["memory_bytes"], memory) and close(plan["step_seconds"], seconds), (
+            f"{where}: plan {grid}: expected memory {memory:.6g} bytes and {seconds:.6g} s (plan_memory and "
+            f"step_seconds of their docstrings), got {plan['memory_bytes']!r} and {plan['step_seconds']!r}"
+        )
+    if got_grids != want_grids:
+        i = next(i for i, (a, b) in enumerate(zip(got_grids, want_grids)) if a != b)
+        raise AssertionError(
+            f"{where}: grid {i} of the list should be {want_grids[i]} ({by_grid[want_grids[i]][0]!r} s), got "
+            f"{got_grids[i]} ({by_grid[got_grids[i]][0]!r} s): fastest first, ties in increasing (tp, cp, pp, dp)"
+        )
+    if case == "16-gpus-400-mb":
+        assert len(want) < len(runnable(cfg, cluster, batch, seq)), "the case must leave some grids out for memory"
+    if case == "16-gpus-at-the-exact-limit":
+        assert (1, 1, 1, 16) in want_grids, "the exact-limit case must keep the grid that needs it"
+
+
+# Links of infinite bandwidth: no group's bytes take any time, so grids with the same compute and
+# bubble take exactly the same step_seconds, in any order of arithmetic: every grid with pp = 1 (no
+# bubble), and those with the same pp and dp.
+FREE_LINKS = {**ONE_NODE, "nvlink_bandwidth": math.inf, "network_bandwidth": math.inf}
+
+
+@pytest.mark.points(4)
+def test_plan_lists_grids_of_exactly_equal_step_time_in_increasing_tp_cp_pp_dp(submission):
+    """SMALL on one node of 8 with free links: the nine grids with pp = 1, and each set of grids
+    that share pp and dp, tie exactly; plan lists each set in increasing (tp, cp, pp, dp), which
+    is neither the order of their memory (it falls as tp grows) nor that of a loop over dp first."""
+    batch, seq = 32, 2048
+    want = brute_force(SMALL, FREE_LINKS, batch, seq)
+    ties: dict[float, list] = {}
+    for seconds, grid, memory in want:
+        ties.setdefault(seconds, []).append((grid, memory))
+    largest = max(ties.values(), key=len)
+    assert len(largest) >= 3 and sorted(largest, key=lambda t: t[1]) != largest, "suite error: the case has no tie"
+    got = submission.script([Step("plan_step", (SMALL, FREE_LINKS, batch, seq))]).steps[0][0]
+    got_grids = [(p["tp"], p["cp"], p["pp"], p["dp"]) for p in got]
+    assert sorted(got_grids) == sorted(w[1] for w in want), (
+        f"plan on one node of 8 with free links: expected the grids {sorted(w[1] for w in want)} (in some "
+        f"order), got {sorted(got_grids)}"
+    )
+    for seconds, tied in ties.items():
+        grids = [grid for grid, _ in tied]
+        order = [grid for grid in got_grids if grid in grids]
+        assert order == grids, (
+            f"plan on one node of 8 with free links: the grids {grids} all take exactly {seconds!r} s (the same "
+            f"compute and bubble, no time in communication); ties go in increasing (tp, cp, pp, dp): expected "
+            f"them in the order {grids}, got {order} (memory of each: "
+            f"{ {grid: f'{memory:.4g}' for grid, memory in tied} })"
+        )
+    assert got_grids == [w[1] for w in want], f"plan: expected the order {[w[1] for w in want]}, got {got_grids}"
 
 
 @pytest.mark.points(2)
