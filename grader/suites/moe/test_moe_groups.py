@@ -11,7 +11,9 @@ experts. Bytes per rank, counted by the kernel over forward and backward, are he
 routed across the pair (each sent once forward and once backward) and the counts exchange, plus
 the slack of grader/perf.py (it covers the few hundred bytes of building the groups).
 
-Both checks read one world-of-4 call, run once per submission.
+Both checks read one world-of-4 call, run once per submission. Below them: a world of 5 whose
+groups of 3 and 2 ({0, 2, 3} and {1, 4}: neither contiguous nor strided) shard two layers of 6
+experts with k = 3.
 """
 
 from __future__ import annotations
@@ -107,3 +109,77 @@ def test_moe_experts_sharded_in_groups_send_only_rows_routed_across_the_group(su
             f"counts come to {bound:,} bytes (+ slack: {int(with_slack(bound)):,}): exchange within `group` only, "
             f"each choice's row to the group rank owning its expert"
         )
+
+
+# ------------------------------------------------------------------ groups of different sizes
+
+# A world of 5: ranks {0, 2, 3} shard one layer's 6 experts (2 per rank) while ranks {1, 4} shard
+# another layer's 6 (3 per rank), at once. Neither group is ranks 0..p-1, a contiguous block or
+# evenly strided (the world-of-4 layout above is: global // 2 gives its group ranks), p = 3 is
+# not a power of two, k = 3 choices of 6 experts, and one rank has a single token.
+UNEVEN_WORLD = 5
+UNEVEN_GROUPS = ((0, 2, 3), (1, 4))  # global ranks; group rank i is the i-th
+UNEVEN_EXPERTS, UNEVEN_K, UNEVEN_D, UNEVEN_FF = 6, 3, 8, 12
+UNEVEN_SIZES = {3: (11, 1, 7), 2: (9, 5)}  # tokens per group rank
+UNEVEN_RUNS: dict[int, object] = {}
+
+
+def uneven_group_data(ranks: tuple[int, ...]):
+    gen = generator("ep-uneven-groups", ranks)
+    shared = len(ranks) == 2  # the pair's layer has a shared expert, the trio's none
+    params = make_params(UNEVEN_D, UNEVEN_FF, UNEVEN_EXPERTS, int(shared), gen, torch.float64)
+    sizes = UNEVEN_SIZES[len(ranks)]
+    xs = [torch.randn(n, UNEVEN_D, generator=gen, dtype=torch.float64) for n in sizes]
+    gs = [torch.randn(n, UNEVEN_D, generator=gen, dtype=torch.float64) for n in sizes]
+    return params, int(shared), sizes, xs, gs
+
+
+def run_in_uneven_groups(submission):
+    if id(submission) not in UNEVEN_RUNS:
+        steps = [None] * UNEVEN_WORLD
+        for ranks in UNEVEN_GROUPS:
+            params, shared, _, xs, gs = uneven_group_data(ranks)
+            layer = (UNEVEN_D, UNEVEN_FF, UNEVEN_EXPERTS, UNEVEN_K, None, shared)
+            for rank, x, g in zip(ranks, xs, gs):
+                steps[rank] = [
+                    Step("MoELayer", layer, save_as="layer", send_back=False),
+                    Step("layer.double", send_back=False),
+                    Step("layer.load_state_dict", (params,), send_back=False),
+                    Step("shard_experts", (Saved("layer"), Group(ranks)), save_as="shard", send_back=False),
+                    Step("expert_parallel_forward_backward", (Saved("shard"), x, g, Group(ranks))),
+                ]
+        UNEVEN_RUNS[id(submission)] = submission.script_spmd(UNEVEN_WORLD, steps)
+    return UNEVEN_RUNS[id(submission)]
+
+
+@pytest.mark.points(2)
+def test_moe_experts_sharded_in_groups_of_3_and_2_of_a_world_of_5_match_one_process_each(submission):
+    result = run_in_uneven_groups(submission)
+    for ranks in UNEVEN_GROUPS:
+        p = len(ranks)
+        local = UNEVEN_EXPERTS // p
+        other = UNEVEN_GROUPS[1 - UNEVEN_GROUPS.index(ranks)]
+        where = (
+            f"{UNEVEN_EXPERTS} experts (k={UNEVEN_K}) sharded over the group {list(ranks)} of a world of 5 "
+            f"(ranks {list(other)} ran another layer)"
+        )
+        params, _, sizes, xs, gs = uneven_group_data(ranks)
+        y, x_grad, grads = reference_grads(params, torch.cat(xs), torch.cat(gs), UNEVEN_K, None)
+        got = [result.steps[rank][-1] for rank in ranks]
+        for r, (rank, part, part_grad) in enumerate(zip(ranks, y.split(sizes), x_grad.split(sizes))):
+            who = f"global rank {rank} (group rank {r}, {sizes[r]} tokens)"
+            assert_matches(got[r]["y"], part, f"{where}: {who}'s output for its tokens", *TOL)
+            assert_matches(got[r]["x_grad"], part_grad, f"{where}: {who}'s gradient of its x", *TOL)
+            for name in ("w_gate", "w_up", "w_down"):
+                assert_matches(
+                    got[r]["grads"][name],
+                    grads[name][r * local : (r + 1) * local],
+                    f"{where}: {who}'s experts' {name} gradient (group rank r owns experts {r * local} ... "
+                    f"{(r + 1) * local - 1}: r*E/p ... (r+1)*E/p - 1, p = {p}; every split list of "
+                    f"dist.all_to_all_single(..., group=group) is indexed by group rank)",
+                    *TOL,
+                )
+        for name, expected in grads.items():
+            if not name.startswith("w_"):
+                total = sum(rank["grads"][name] for rank in got)
+                assert_matches(total, expected, f"{where}: {name} gradient summed over the group", *TOL)

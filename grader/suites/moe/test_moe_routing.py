@@ -24,18 +24,21 @@ def _logits(tokens: int, experts: int, dtype: torch.dtype, *salt: object) -> tor
     return (2 * torch.randn(tokens, experts, generator=generator(*salt), dtype=torch.float64)).to(dtype)
 
 
+ROUTES = [(1, 8, torch.float32), (2, 8, torch.float64), (4, 8, torch.float32), (3, 6, torch.float64)]
+
+
 @pytest.mark.points(2)
-@pytest.mark.parametrize(
-    ("k", "dtype"), [(1, torch.float32), (2, torch.float64), (4, torch.float32)], ids=["k1-f32", "k2-f64", "k4-f32"]
-)
-def test_topk_route_matches_the_mixtral_router(submission, k, dtype):
-    """softmax over all experts, top-k in decreasing order, weights renormalised to sum to 1."""
-    logits = _logits(97, 8, dtype, "route", k)
+@pytest.mark.parametrize(("k", "experts", "dtype"), ROUTES, ids=["k1-f32", "k2-f64", "k4-f32", "k3-of-6-experts-f64"])
+def test_topk_route_matches_the_mixtral_router(submission, k, experts, dtype):
+    """softmax over all experts, top-k in decreasing order, weights renormalised to sum to 1;
+    k and E powers of two and not (k = 3 of E = 6)."""
+    logits = _logits(97, experts, dtype, "route", k)
     weights, ids = submission.function("topk_route")(logits, k)
     expected_weights, expected_ids = mixtral_route(logits, k)
-    assert_matches(ids, expected_ids, f"expert_ids (k={k}): the k most probable experts, most probable first")
-    rtol, atol = tolerance(dtype, 8)
-    assert_matches(weights, expected_weights, f"weights (k={k}): top-k probabilities renormalised", rtol, atol)
+    what = f"k={k} of {experts} experts"
+    assert_matches(ids, expected_ids, f"expert_ids ({what}): the k most probable experts, most probable first")
+    rtol, atol = tolerance(dtype, experts)
+    assert_matches(weights, expected_weights, f"weights ({what}): top-k probabilities renormalised", rtol, atol)
 
 
 @pytest.mark.points(2)
@@ -135,6 +138,25 @@ def test_load_balancing_loss_matches_mixtral(submission, k):
     ids = mixtral_route(logits, k)[1]
     got = submission.function("load_balancing_loss")(logits, ids, 8)
     assert_matches(got, mixtral_load_balancing_loss(logits, ids, 8), f"load_balancing_loss (k={k})", 1e-10, 1e-12)
+
+
+@pytest.mark.points(1)
+def test_load_balancing_loss_counts_zero_for_an_expert_no_choice_went_to(submission):
+    """E = 6 (not a power of two), k = 3, 7 tokens, and the last expert never chosen: f_e = 0
+    for it, its P_e still computed over all E experts (a count sized by the largest id seen,
+    bincount without minlength, has 5 entries, not 6)."""
+    logits = _logits(7, 6, torch.float64, "balance-idle-expert")
+    logits[:, 5] -= 30.0  # expert 5 is never among a token's 3 most probable
+    ids = mixtral_route(logits, 3)[1]
+    assert not bool((ids == 5).any()), "grader bug: expert 5 must get no choice"
+    got = submission.function("load_balancing_loss")(logits, ids, 6)
+    assert_matches(
+        got,
+        mixtral_load_balancing_loss(logits, ids, 6),
+        "load_balancing_loss with 6 experts, k=3, expert 5 chosen by no token (its f_e is 0)",
+        1e-10,
+        1e-12,
+    )
 
 
 @pytest.mark.points(1)

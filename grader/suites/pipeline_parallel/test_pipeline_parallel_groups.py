@@ -11,7 +11,8 @@ the other pipeline, deadlocks or fails. Bytes per rank, counted by the kernel, a
 messages the schedule implies: each activation and gradient across its boundary once, plus the
 slack of grader/perf.py (it covers the few hundred bytes of building the groups).
 
-Both checks read one world-of-4 call, run once per submission.
+Both checks read one world-of-4 call, run once per submission. Below them: a world of 5 whose
+pipelines of 3 and 2 ranks ({0, 2, 3} and {1, 4}: neither contiguous nor strided) run at once.
 """
 
 from __future__ import annotations
@@ -102,3 +103,69 @@ def test_run_schedule_in_pipeline_groups_sends_each_message_once_to_its_neighbou
             f"{payload:,} bytes (+ {isends} isends' headers and slack: {int(allowed):,}): send each once, to "
             f"the group's neighbour only"
         )
+
+
+# ------------------------------------------------------------------ groups of different sizes
+
+# A world of 5: ranks {0, 2, 3} run a 3-rank interleaved pipeline while ranks {1, 4} run a 2-rank
+# zero-bubble one, at once. Neither group is ranks 0..p-1, a contiguous block or evenly strided:
+# a neighbour taken as global rank +- world_size // p (Megatron's layout of pipeline groups, and
+# that of the world-of-4 test above) or a stage taken as global // p is wrong in one of them.
+# p = 3 is not a power of two, and the layer and microbatch counts split unevenly (7 layers in 6
+# stages, 13 rows in 6 and in 5 microbatches).
+UNEVEN_WORLD = 5
+UNEVEN_WIDTH, UNEVEN_ROWS = 16, 13
+UNEVEN_PIPELINES = {  # global ranks -> (schedule, its arguments, layers)
+    (0, 2, 3): ("interleaved", (3, 6, 2), 7),
+    (1, 4): ("zero_bubble", (2, 5), 5),
+}
+UNEVEN_RUNS: dict[int, object] = {}
+
+
+def uneven_pipeline_data(ranks: tuple[int, ...]) -> tuple[int, torch.Tensor, torch.Tensor]:
+    gen = generator("pipeline-uneven-groups", ranks)
+    inputs = torch.randn(UNEVEN_ROWS, UNEVEN_WIDTH, generator=gen, dtype=torch.float64)
+    return 29 + ranks[-1], inputs, torch.randn(UNEVEN_ROWS, UNEVEN_WIDTH, generator=gen, dtype=torch.float64)
+
+
+def run_uneven_pipelines(submission):
+    if id(submission) not in UNEVEN_RUNS:
+        steps = [None] * UNEVEN_WORLD
+        for ranks, (name, args, layers) in UNEVEN_PIPELINES.items():
+            seed, inputs, targets = uneven_pipeline_data(ranks)
+            planned = schedule(name, *args)
+            for rank in ranks:
+                arguments = ("run_schedule", planned, "dense", layers, seed, inputs, targets, Group(ranks))
+                steps[rank] = [Step("train_pipeline", arguments)]
+        UNEVEN_RUNS[id(submission)] = submission.script_spmd(UNEVEN_WORLD, steps)
+    return UNEVEN_RUNS[id(submission)]
+
+
+@pytest.mark.points(2)
+def test_run_schedule_in_pipeline_groups_of_3_and_2_of_a_world_of_5_matches_one_process_each(submission):
+    result = run_uneven_pipelines(submission)
+    for ranks, (name, args, layers) in UNEVEN_PIPELINES.items():
+        seed, inputs, targets = uneven_pipeline_data(ranks)
+        other = next(group for group in UNEVEN_PIPELINES if group != ranks)
+        where = (
+            f"{name}{args} with {layers} layers in the pipeline group {list(ranks)} of a world of 5, while ranks "
+            f"{list(other)} ran another pipeline"
+        )
+        expected = one_process_grads("dense", layers, seed, inputs, targets)
+        got = {name: grad for rank in ranks for name, grad in result.steps[rank][0]["grads"].items()}
+        assert got.keys() == expected.keys(), (
+            f"{where}: the ranks returned gradients of {sorted(got)}, expected {sorted(expected)}: stage i lives on "
+            f"group rank i (dist.get_rank(group)), p is the group's size"
+        )
+        for param, want in expected.items():
+            assert got[param] is not None, f"{where}: {param} has no gradient after run_schedule"
+            assert_matches(
+                got[param],
+                want,
+                f"{where}: gradient of {param} (one process on the pipeline's whole batch expected; the peers are "
+                f"dist.get_global_rank(group, i ± 1), whatever the layout of the groups)",
+                1e-9,
+                1e-12,
+            )
+        left = [result.steps[rank][0]["sends_not_waited"] for rank in ranks]
+        assert not any(left), f"{where}: run_schedule returned with {left} (per rank) of its sends never waited on"

@@ -1,8 +1,10 @@
-"""Hidden suite: run_schedule on real worlds of 2 and 4 gloo ranks, driven by the given
+"""Hidden suite: run_schedule on real worlds of 1, 2 and 4 gloo ranks, driven by the given
 train_pipeline. Each world runs many cases in one call (a script of steps), since every world
 costs process starts: p = 2 runs the four reference schedules with m = p, 2p and one m that p
 does not divide (the interleaved schedule's one round of 3), single- and two-tensor
-stages, float64 and float32; p = 4 one case of each schedule.
+stages, float64 and float32; p = 4 one case of each schedule; p = 1 (the first stage is the
+last) GPipe, 1F1B and zero-bubble. Groups of 3 and 2 ranks in a world of 5 are in
+test_pipeline_parallel_groups.py.
 
 Checked against torch autograd on the whole model and batch in one process (reference.py): the
 gradients; against the simulator: the peak of live saved activations per rank; and by the
@@ -351,6 +353,24 @@ def _simulator_account(submission, function: str, args: tuple) -> str:
     except SubmissionError:
         return ""
     return f"\nthe simulator runs {function}{args} to the end: run_schedule blocks where the schedule does not"
+
+
+ONE_RANK = [(name, 1, m, 1, "dense", torch.float64) for name, m in (("gpipe", 3), ("1f1b", 2), ("zero_bubble", 3))]
+
+
+@pytest.mark.points(2)
+def test_run_schedule_on_one_rank_whose_only_stage_is_first_and_last(submission):
+    """p = 1 (a world of 1, group None): stage 0 takes the microbatches and computes the loss in
+    its F, and nothing is sent; GPipe, 1F1B and zero-bubble (B then W on the same rank), one
+    call. Gradients against one process (the same computation), and no forward left alive."""
+    results = run_world(submission, ONE_RANK, 1)
+    for index, case in enumerate(ONE_RANK):
+        check_gradients(results, ONE_RANK, index)
+        (only,) = outcome(results, index)
+        assert only["live_after"] == 0 and only["sends_not_waited"] == 0, (
+            f"{describe(case)}: after run_schedule, {only['live_after']} forwards' saved tensors still alive and "
+            f"{only['sends_not_waited']} sends not waited on (expected none: one rank sends nothing)"
+        )
 
 
 @pytest.mark.points(1)

@@ -7,7 +7,9 @@ against reference.Block (torch's SDPA), the embedding and the loss against F.emb
 F.cross_entropy. A submission that communicates over the world group mixes the two instances'
 data; one that takes its shard by the global rank takes the wrong one (or none). The bytes each
 rank sends are held to what torch.distributed's own collectives of the same plan send in the
-same layout of groups (reference.library_collectives in a trusted world).
+same layout of groups (reference.library_collectives in a trusted world). Below them: the same
+checks of values in a world of 5 whose groups of 3 and 2 ({0, 2, 3} and {1, 4}: neither
+contiguous nor strided) run at once.
 """
 
 from __future__ import annotations
@@ -189,3 +191,153 @@ def test_vocab_embedding_and_loss_within_two_groups(submission):
             what = f"vocab_parallel_cross_entropy, {where}, global rank {r} (group rank {g})"
             assert_matches(got["loss"], losses, f"{what}: losses (F.cross_entropy, reduction='none')", *TOL)
             assert_matches(got["grad"], grad.chunk(2, dim=-1)[g], f"{what}: gradient of its shard", *TOL)
+
+
+# ------------------------------------------------------------------ groups of different sizes
+
+# A world of 5: ranks {0, 2, 3} run one instance as a tensor-parallel group of 3 while ranks
+# {1, 4} run another as a group of 2, at once. Neither group is ranks 0..p-1, a contiguous block
+# or evenly strided: a group rank taken as global // p, global % p or global * p // world is
+# wrong in one of them (in the world-of-4 layout above, global // 2 gives the group ranks).
+# p = 3 is not a power of two; the vocabularies split over their own group only (9 and 15 over
+# 3 ranks, 10 over 2), so a size taken from the wrong group does not split.
+UNEVEN_WORLD = 5
+UNEVEN_GROUPS = ((0, 2, 3), (1, 4))  # global ranks; group rank i is the i-th
+UNEVEN_BLOCKS = {
+    # GQA with two key/value heads per rank on the group of 3 (query head i reads kv head i // 2)
+    3: (BlockCase(3, 12, 6, False, hidden=24, ffn_hidden=30, seq=6, batch=2),
+        BlockCase(3, 12, 6, True, hidden=24, ffn_hidden=30, seq=6, batch=2)),
+    2: (BlockCase(2, 6, 2, False, hidden=18, ffn_hidden=10, seq=6, batch=1),
+        BlockCase(2, 6, 2, True, hidden=18, ffn_hidden=10, seq=6, batch=1)),
+}  # fmt: skip
+UNEVEN_VOCAB = {3: (9, 15), 2: (10, 8)}  # the embedding's and the loss's vocabularies per group size
+
+
+def uneven_members(rank: int) -> tuple[int, ...]:
+    return next(g for g in UNEVEN_GROUPS if rank in g)
+
+
+def uneven_name(group: tuple[int, ...]) -> str:
+    other = UNEVEN_GROUPS[1 - UNEVEN_GROUPS.index(group)]
+    return f"the instance on the group {list(group)} of a world of 5 (ranks {list(other)} ran another)"
+
+
+def uneven_hint(error: AssertionError, group: tuple[int, ...]) -> AssertionError:
+    return AssertionError(
+        f"{uneven_name(group)}, group rank = position among the group's sorted global ranks: {error}. Take "
+        f"p = dist.get_world_size(group) and r = dist.get_rank(group); no layout of the groups can be assumed"
+    )
+
+
+@pytest.mark.points(2)
+def test_region_operators_within_groups_of_3_and_2_of_a_world_of_5(submission):
+    """The five operators one after another (one call) in a group of 3 and a group of 2, each
+    with its own data; values and collectives as on a world of its size."""
+    data = {g: {op: inputs(op, len(g), "uneven-groups", g) for op in OPERATORS} for g in UNEVEN_GROUPS}
+    steps = [
+        [Step("region_step", (op, data[group][op][0][g], data[group][op][1][g], Group(group))) for op in OPERATORS]
+        for r in range(UNEVEN_WORLD)
+        for group in [uneven_members(r)]
+        for g in [group.index(r)]
+    ]
+    ranks = submission.script_spmd(UNEVEN_WORLD, steps).steps
+    for group in UNEVEN_GROUPS:
+        for i, op in enumerate(OPERATORS):
+            try:
+                check(op, len(group), [ranks[r][i] for r in group], *data[group][op])
+            except AssertionError as error:
+                raise uneven_hint(error, group) from None
+
+
+@pytest.mark.points(3)
+def test_parallel_block_within_groups_of_3_and_2_of_a_world_of_5_matches_one_process(submission):
+    """The block, TP then SP (one call), in a group of 3 (12 heads, 6 key/value heads: two per
+    rank) and a group of 2 (6 heads, 2 key/value heads), each against reference.Block on its data."""
+    steps, references = [None] * UNEVEN_WORLD, {}
+    for group in UNEVEN_GROUPS:
+        p = len(group)
+        for case in UNEVEN_BLOCKS[p]:
+            gen = generator("tp-uneven-groups-block", case.id, group)
+            state = make_state(*case.sizes, case.id, group)
+            x = torch.randn(case.seq, case.batch, case.hidden, generator=gen, dtype=torch.float64)
+            grad_output = torch.randn(case.seq, case.batch, case.hidden, generator=gen, dtype=torch.float64)
+            references[group, case] = block_reference(*case.sizes, state, x, grad_output)
+            for g, r in enumerate(group):
+                mine = (chunk(x, p, g), chunk(grad_output, p, g)) if case.sequence_parallel else (x, grad_output)
+                step = Step("block_step", (*case.sizes, state, *mine, case.sequence_parallel, Group(group)))
+                steps[r] = [*(steps[r] or []), step]
+    ranks = submission.script_spmd(UNEVEN_WORLD, steps).steps
+    for group in UNEVEN_GROUPS:
+        p = len(group)
+        for index, case in enumerate(UNEVEN_BLOCKS[p]):
+            sp, reference, wanted = case.sequence_parallel, references[group, case], expected_collectives(case)
+            where = (
+                f"ParallelBlock, {'sp' if sp else 'tp'}, hidden={case.hidden}, heads={case.heads}, "
+                f"kv_heads={case.kv_heads}, {uneven_name(group)}"
+            )
+            got = [ranks[r][index] for r in group]
+            for key in ("output", "grad_input"):
+                for g, r in enumerate(group):
+                    want = chunk(reference[key], p, g) if sp else reference[key]
+                    assert_matches(got[g][key], want, f"{where}: global rank {r} (group rank {g})'s {key}", *TOL)
+            try:
+                grads = assemble_grads([o["grads"] for o in got], case.heads, case.kv_heads, sp)
+            except KeyError as missing:
+                raise AssertionError(f"{where}: no gradient for parameter {missing}") from None
+            for name, want in reference["grads"].items():
+                assert_matches(grads[name], want, f"{where}: gradient of {name}, rebuilt from the group's shards", *TOL)
+            for g, r in enumerate(group):
+                for phase in ("forward", "backward"):
+                    assert counted(got[g][phase]) == wanted[phase], (
+                        f"{where}: global rank {r}'s {phase} made {describe_calls(got[g][phase])}; expected "
+                        f"{describe_calls([k for k, n in wanted[phase].items() for _ in range(n)])}"
+                    )
+
+
+@pytest.mark.points(2)
+def test_vocab_embedding_and_loss_within_groups_of_3_and_2_of_a_world_of_5(submission):
+    """The embedding (9 rows over the group of 3, 10 over the group of 2) and the loss on 3-D
+    logits with ignored positions (vocabularies of 15 and 8), one call, each group its own data."""
+    data = {}
+    for group in UNEVEN_GROUPS:
+        vocab, classes = UNEVEN_VOCAB[len(group)]
+        gen = generator("tp-uneven-groups-loss", group)
+        logits = 3 * torch.randn(3, 2, classes, generator=gen, dtype=torch.float64)
+        targets = torch.randint(0, classes, (3, 2), generator=gen)
+        targets[0, 0], targets[0, 1], targets[2, 1] = classes - 1, 0, -100  # both ends, one ignored
+        grad_loss = torch.rand(3, 2, generator=gen, dtype=torch.float64)
+        data[group] = (embedding_data(len(group), vocab, 3, "uneven-groups", group), (logits, targets, grad_loss))
+    steps = []
+    for r in range(UNEVEN_WORLD):
+        group = uneven_members(r)
+        (weight, ids, grad_embedding), (logits, targets, grad_loss) = data[group]
+        shard = logits.chunk(len(group), dim=-1)[group.index(r)].contiguous()
+        steps.append(
+            [
+                Step("embedding_step", (weight.shape[0], weight, ids, grad_embedding, Group(group))),
+                Step("cross_entropy_step", (shard, targets, grad_loss), {"group": Group(group)}),
+            ]
+        )
+    ranks = submission.script_spmd(UNEVEN_WORLD, steps).steps
+    for group in UNEVEN_GROUPS:
+        p = len(group)
+        (weight, ids, grad_embedding), (logits, targets, grad_loss) = data[group]
+        try:
+            check_embedding(
+                [ranks[r][0] for r in group],
+                weight,
+                ids,
+                grad_embedding,
+                f"VocabParallelEmbedding({weight.shape[0]}, 3) over {p} ranks",
+            )
+        except AssertionError as error:
+            raise uneven_hint(error, group) from None
+        losses, grad = loss_reference(logits, targets, grad_loss)
+        for g, r in enumerate(group):
+            got = ranks[r][1]
+            what = (
+                f"vocab_parallel_cross_entropy, a vocabulary of {logits.shape[-1]} over {p} ranks, "
+                f"{uneven_name(group)}, global rank {r} (group rank {g})"
+            )
+            assert_matches(got["loss"], losses, f"{what}: losses (F.cross_entropy, reduction='none')", *TOL)
+            assert_matches(got["grad"], grad.chunk(p, dim=-1)[g], f"{what}: gradient of its shard", *TOL)

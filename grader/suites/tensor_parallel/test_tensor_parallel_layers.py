@@ -1,10 +1,11 @@
 """Hidden suite: ColumnParallelLinear, RowParallelLinear and the ParallelBlock (with its
 ParallelSelfAttention and ParallelMLP) against the same layers on one process, in float64, on gloo
-worlds of 2 and 4 ranks.
+worlds of 2, 3 and 4 ranks.
 
 - Linear layers (given linear_step): output, input gradient and this rank's weight and bias
   gradients against nn.Linear on the whole weight; gather_output / input_is_parallel both ways,
-  with and without sequence parallelism and bias; the collectives counted by kind and size.
+  with and without sequence parallelism and bias, on 2 ranks, and the gathering and splitting
+  flags on 3 and 4; the collectives counted by kind and size.
 - The block (given block_step): output, input gradient and every parameter's gradient rebuilt
   from the ranks' shards with the layouts of the docstrings (reference.assemble_grads), against
   reference.Block (attention by torch's SDPA with enable_gqa), for TP and SP, MHA and GQA, on 2
@@ -70,6 +71,9 @@ LINEAR_CASES = [
     LinearCase("row", True, True, True),
     LinearCase("column", True, True, True, world_size=4, in_features=5, out_features=12, rows=8),
     LinearCase("row", False, True, False, world_size=4, in_features=12, out_features=5),
+    # p = 3, not a power of two: the gathered output's and the split input's columns in thirds
+    LinearCase("column", True, True, True, world_size=3, in_features=5, out_features=9, rows=6),
+    LinearCase("row", False, True, False, world_size=3, in_features=9, out_features=4),
 ]
 
 
