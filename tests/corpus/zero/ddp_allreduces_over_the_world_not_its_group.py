@@ -1,11 +1,11 @@
-"""DDP takes `group` but all-reduces its buckets over the whole world: in a world of 4 where ranks {1, 3} and {0, 2} train two models, every bucket sums all four ranks' gradients and divides by 2."""
+"""DDP takes `group` but all-reduces its buckets over the whole world: in a world of 4 where two groups train two models ({1, 3} and {0, 2}, or {0, 2, 3} and {1}), every bucket sums all four ranks' gradients."""
 
 # ruff: noqa: E501, F821 - a fragment appended to a solution file, whose names are in scope
 # target: ddp.py
 # select: groups and trains_each
-# fails: groups_of_a_world_of_4_trains_each_like_one_process
+# fails: trains_each_like_one_process
 # kind:
-# message: DDP \(AdamW\) over group \[1, 3\] of a world of 4 \(ranks \[0, 2\] ran another group meanwhile\): group rank 0's \S+ after 5 steps
+# message: DDP \(AdamW\) over group \[[\d, ]+\] of a world of 4 \(ranks \[[\d, ]+\] ran another group meanwhile\): group rank 0's \S+ after 5 steps
 
 
 def _launch_over_the_world(self, index):
