@@ -279,6 +279,10 @@ def graded_statuses(
         with _run_seed(seed), _interruptible():
             select = f"not ({' or '.join(TIMED_CHECK_WORDS)})" if counted_perf else None
             report = grade(course, [module], submission, perf=counted_perf, select=select)
+    if file is None:  # the reference must pass everything: say why it did not
+        for test in report.tests:
+            if test.status not in (PASSED, SKIPPED):
+                print(f"the reference failed {test.name}:\n{test.message}", file=sys.stderr, flush=True)
     return {test.name: test.status for test in report.tests}
 
 
