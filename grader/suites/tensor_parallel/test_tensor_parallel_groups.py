@@ -98,6 +98,29 @@ def run_block_in_groups(submission, case: BlockCase):
     return RUNS[key]
 
 
+def check_block(where: str, case, group, got: list, reference: dict, wanted: dict) -> None:
+    """A ParallelBlock's outputs, input gradients (each rank's sequence chunk under sequence
+    parallelism), parameter gradients rebuilt from the group's shards, and the collectives of
+    each phase on every rank of `group`, against one process's `reference`."""
+    sp = case.sequence_parallel
+    for key in ("output", "grad_input"):
+        for g, r in enumerate(group):
+            want = chunk(reference[key], len(group), g) if sp else reference[key]
+            assert_matches(got[g][key], want, f"{where}: global rank {r} (group rank {g})'s {key}", *TOL)
+    try:
+        grads = assemble_grads([o["grads"] for o in got], case.heads, case.kv_heads, sp)
+    except KeyError as missing:
+        raise AssertionError(f"{where}: no gradient for parameter {missing}") from None
+    for name, want in reference["grads"].items():
+        assert_matches(grads[name], want, f"{where}: gradient of {name}, rebuilt from the group's shards", *TOL)
+    for g, r in enumerate(group):
+        for phase in ("forward", "backward"):
+            assert counted(got[g][phase]) == wanted[phase], (
+                f"{where}: global rank {r}'s {phase} made {describe_calls(got[g][phase])}; expected "
+                f"{describe_calls([k for k, n in wanted[phase].items() for _ in range(n)])}"
+            )
+
+
 @pytest.mark.points(3)
 @pytest.mark.parametrize("case", BLOCK_CASES, ids=[c.id.replace("world=2", "groups=2x2") for c in BLOCK_CASES])
 def test_parallel_block_within_two_groups_matches_one_process(submission, case):
@@ -106,24 +129,7 @@ def test_parallel_block_within_two_groups_matches_one_process(submission, case):
     wanted = expected_collectives(case)
     for group in GROUPS:
         where = f"ParallelBlock, {'sp' if sp else 'tp'}, {instance_name(group)}"
-        reference = references[group]
-        got = [result.outputs[r] for r in group]
-        for key in ("output", "grad_input"):
-            for g, r in enumerate(group):
-                want = chunk(reference[key], 2, g) if sp else reference[key]
-                assert_matches(got[g][key], want, f"{where}: global rank {r} (group rank {g})'s {key}", *TOL)
-        try:
-            grads = assemble_grads([o["grads"] for o in got], case.heads, case.kv_heads, sp)
-        except KeyError as missing:
-            raise AssertionError(f"{where}: no gradient for parameter {missing}") from None
-        for name, want in reference["grads"].items():
-            assert_matches(grads[name], want, f"{where}: gradient of {name}, rebuilt from the group's shards", *TOL)
-        for g, r in enumerate(group):
-            for phase in ("forward", "backward"):
-                assert counted(got[g][phase]) == wanted[phase], (
-                    f"{where}: global rank {r}'s {phase} made {describe_calls(got[g][phase])}; expected "
-                    f"{describe_calls([k for k, n in wanted[phase].items() for _ in range(n)])}"
-                )
+        check_block(where, case, group, [result.outputs[r] for r in group], references[group], wanted)
 
 
 @pytest.mark.perf
@@ -275,23 +281,7 @@ def test_parallel_block_within_groups_of_3_and_2_of_a_world_of_5_matches_one_pro
                 f"ParallelBlock, {'sp' if sp else 'tp'}, hidden={case.hidden}, heads={case.heads}, "
                 f"kv_heads={case.kv_heads}, {uneven_name(group)}"
             )
-            got = [ranks[r][index] for r in group]
-            for key in ("output", "grad_input"):
-                for g, r in enumerate(group):
-                    want = chunk(reference[key], p, g) if sp else reference[key]
-                    assert_matches(got[g][key], want, f"{where}: global rank {r} (group rank {g})'s {key}", *TOL)
-            try:
-                grads = assemble_grads([o["grads"] for o in got], case.heads, case.kv_heads, sp)
-            except KeyError as missing:
-                raise AssertionError(f"{where}: no gradient for parameter {missing}") from None
-            for name, want in reference["grads"].items():
-                assert_matches(grads[name], want, f"{where}: gradient of {name}, rebuilt from the group's shards", *TOL)
-            for g, r in enumerate(group):
-                for phase in ("forward", "backward"):
-                    assert counted(got[g][phase]) == wanted[phase], (
-                        f"{where}: global rank {r}'s {phase} made {describe_calls(got[g][phase])}; expected "
-                        f"{describe_calls([k for k, n in wanted[phase].items() for _ in range(n)])}"
-                    )
+            check_block(where, case, group, [ranks[r][index] for r in group], reference, wanted)
 
 
 @pytest.mark.points(2)
