@@ -62,7 +62,7 @@ MODULES = (
 )  # fmt: skip
 TIME_LIMIT_S = 2.0
 CALIBRATION_FACTOR = 3.0  # no call's limit below 3x the slowest test of the reference, same process
-CASES_PER_BATCH = 8  # cases calibrated by one grading of the reference
+CASES_PER_BATCH = 10  # cases calibrated by one grading of the reference
 PROCESS_TIMEOUT_S = 900.0  # one grading process: a safety net far above the slowest (~100 s)
 WORKERS = 4  # grading processes at once, each with one reference run: hung calls overlap well
 PERF_RUNS = 3  # gradings of the reference's timed checks (the last: reference_timed_results, alone)

@@ -245,3 +245,21 @@ def test_perf_adds_the_counted_checks_and_never_the_timed_ones(monkeypatch, coun
         assert select.startswith("not (") and all(word in select for word in TIMED_CHECK_WORDS), select
     else:
         assert options.get("select") is None, options
+
+
+def test_a_mutants_grading_stops_at_its_first_failure_and_the_references_runs_everything(monkeypatch):
+    """One failure kills a mutant, so its grading stops there (seconds instead of the whole
+    suite); the reference's grading, which lists the tests a mutant must keep passing, never
+    stops early. Read from the arguments handed to the grading itself."""
+    calls = []
+
+    def grade(course, modules, submission, **options):
+        calls.append(options)
+        return type("Report", (), {"tests": []})()
+
+    monkeypatch.setattr("grader.runner.grade", grade)
+    graded_statuses(load_course(), "moe", None, "", 0)
+    graded_statuses(load_course(), "moe", "routing.py", "def route():\n    pass\n", 0)
+    reference, mutant = calls
+    assert not reference.get("first_failure"), f"the reference's grading stops early: {reference}"
+    assert mutant.get("first_failure") is True, f"a mutant's grading runs past its first failure: {mutant}"

@@ -10,7 +10,8 @@ correctness, with course.toml's time limit per call, so a mutant that hangs is s
 killed). --perf adds the counted performance checks (bytes, memory, operators, FLOPs), which
 alone see a mutant that only wastes, such as a buffer no longer freed; never the timed ones,
 whose verdict depends on the machine's load. A mutant is killed when a test that the unchanged
-reference passes does not pass; one that passes everything survived: either the tests miss a
+reference passes does not pass (its grading stops there: a killed mutant costs seconds, not the
+whole suite); one that passes everything survived: either the tests miss a
 real bug, or the change cannot be seen by any input the docstring allows (an equivalent
 mutant). Equivalent ones are listed, each with a one-line reason, in tests/mutants/<module>.toml:
 
@@ -268,7 +269,9 @@ def graded_statuses(
 ) -> dict[str, str]:
     """{test name: status} of the module's solution graded with `file` replaced by `text` (the
     reference itself when file is None), in this process: without performance checks, or with
-    the counted ones (`counted_perf`) and never the timed ones."""
+    the counted ones (`counted_perf`) and never the timed ones. A mutant's grading stops at its
+    first failure (one failure kills it; the tests after it are not run, which makes a killed
+    mutant cost seconds instead of the whole suite); the reference's runs every test."""
     from grader.runner import grade  # pytest and the sandbox: only when grading
 
     with tempfile.TemporaryDirectory(prefix="mutant-") as folder:
@@ -278,7 +281,8 @@ def graded_statuses(
             (submission / module / file).write_text(text)
         with _run_seed(seed), _interruptible():
             select = f"not ({' or '.join(TIMED_CHECK_WORDS)})" if counted_perf else None
-            report = grade(course, [module], submission, perf=counted_perf, select=select)
+            mutant = file is not None
+            report = grade(course, [module], submission, perf=counted_perf, select=select, first_failure=mutant)
     if file is None:  # the reference must pass everything: say why it did not
         for test in report.tests:
             if test.status not in (PASSED, SKIPPED):
@@ -327,7 +331,10 @@ def grade_mutants(
         def judge(mutant: Mutant) -> None:
             started = time.perf_counter()
             statuses = grade(mutant.file, mutant.text)
-            failed = [name for name in passing if statuses.get(name) != PASSED]
+            failed = [name for name in passing if statuses.get(name) not in (PASSED, None)]
+            # none failed but some never ran: the grading stopped early (a crash, or a failure of a
+            # test the reference skipped, which cannot be: those need a device, for every mutant)
+            failed = failed or [name for name in passing if name not in statuses]
             result = Result(mutant, KILLED if failed else SURVIVED, failed, time.perf_counter() - started)
             with lock:
                 verdicts[mutant.id] = result
