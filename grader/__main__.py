@@ -1,6 +1,12 @@
 import os
 import sys
 
+from grader.system import unsupported
+
+if why := unsupported():  # before anything else is imported: one line, not a traceback
+    print(f"grader: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
 from grader.cli import main
 
 try:

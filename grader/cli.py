@@ -17,6 +17,7 @@ from grader.delivery import COMMANDS
 from grader.report import FORMATS, render
 from grader.runner import GradingError
 from grader.sync import SyncError, stale, write_stubs
+from grader.system import SandboxUnavailable, unsupported
 from grader.usage import UsageError
 
 
@@ -200,6 +201,9 @@ def _bench(course: Course, options: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if why := unsupported():
+        print(f"grader: {why}", file=sys.stderr)
+        return 2
     options = _parser().parse_args(argv)
     try:
         course = load_course(COURSE_ROOT)
@@ -214,6 +218,6 @@ def main(argv: list[str] | None = None) -> int:
         if options.command == "bench":
             return _bench(course, options)
         return _delivery_commands()[options.command].run(course, options)
-    except (UsageError, CourseError, SyncError, GradingError) as error:
+    except (UsageError, CourseError, SyncError, GradingError, SandboxUnavailable) as error:
         print(f"grader: {error}", file=sys.stderr)
         return 2

@@ -8,7 +8,7 @@ Load still changes a ratio: a wasteful submission whose waste is waiting (a slee
 receive) slows down less than a reference that computes, when both must share the CPUs with other
 work. So every timed call also reports its contention: the share of the machine's CPU capacity
 during the call that went to processes other than the timed world and the grader (the machine's
-busy time from /proc/stat less the timed processes' own, read by the grader from outside; see
+busy time less the timed processes' own (grader/system), read by the grader from outside; see
 grader/sandbox/pool.py). A measurement whose rounds, taken together, saw more than
 CONTENTION_LIMIT of the machine busy elsewhere gives no verdict: the check reports "not measured
 reliably", worth no points either way, and the student is told to rerun. When the warm-up round
@@ -68,6 +68,21 @@ class Ratio:
 
 class NotMeasuredReliably(Exception):
     """A timed check ran on a machine too busy to judge it: no verdict, no points; rerun."""
+
+
+class NotCountedHere(NotMeasuredReliably):
+    """A check on bytes sent, on a system that does not count a process's bytes (macOS): no
+    verdict and no points, whatever the submission; a rerun changes nothing, grading on Linux does."""
+
+    def __init__(self) -> None:
+        super().__init__(NOT_COUNTED)
+
+
+NOT_COUNTED = (
+    "not measured on this system: it keeps no count of the bytes a process writes (macOS), so "
+    "the bytes your ranks sent cannot be checked here; this check gives no points until it is "
+    "graded on Linux (your course's grader, or WSL2 and Codespaces: README.md)"
+)
 
 
 def interleaved_ratio(

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from grader import system
 from grader.course import Course
+from grader.perf import NOT_COUNTED
 from grader.results import ERROR, FAILED, PASSED, SKIPPED, UNMEASURED, GradeReport, ModuleResult, TestResult
 
 
@@ -125,7 +127,11 @@ def _measure_again(course: Course, collector: _Collector, options: list[Any]) ->
     another grading beside it) may have passed. A check still unmeasured stays worth no points,
     so that loading the machine never lets a submission escape a timed check, and says that a
     rerun gives its points back."""
-    unmeasured = [nodeid for nodeid, result in collector.results.items() if result.status == UNMEASURED]
+    unmeasured = [
+        nodeid
+        for nodeid, result in collector.results.items()
+        if result.status == UNMEASURED and NOT_COUNTED not in result.message  # bytes: a rerun cannot count them
+    ]
     if not unmeasured:
         return
     again = _Collector(course, None)
@@ -190,11 +196,16 @@ def grade(
         result.unwritten = unwritten(module, submission / name)
         result.assign_points()
         report.modules.append(result)
-    if unmeasured := sum(len(m.unmeasured()) for m in report.modules):
+    unmeasured = [t for m in report.modules for t in m.unmeasured()]
+    if uncounted := sum(NOT_COUNTED in t.message for t in unmeasured):
+        report.notes.append(f"{uncounted} check(s) of bytes sent {NOT_COUNTED}")
+    if timed := len(unmeasured) - uncounted:
         report.notes.append(
-            f"{unmeasured} timed check(s) not measured reliably: the machine was busy, during the grading and again "
+            f"{timed} timed check(s) not measured reliably: the machine was busy, during the grading and again "
             "at its end. They give no points for now; rerun the grading on a quieter machine to get them back."
         )
+    if not system.sandboxed():
+        report.notes.append(system.UNSANDBOXED)
     if not perf:
         report.notes.append("performance checks were skipped (--no-perf)")
     if public_only:

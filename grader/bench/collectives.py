@@ -12,7 +12,7 @@ from rich.table import Table
 
 from grader.course import Course
 from grader.perf import allreduce_bytes_bound, interleaved_ratio
-from grader.sandbox import Library, Submission
+from grader.sandbox import CallResult, Library, Submission
 
 WORLD_SIZE = 4
 SIZES = [2**10, 2**14, 2**18, 2**20, 2**22]  # float32 elements: 4 KiB .. 16 MiB
@@ -57,8 +57,8 @@ def table(course: Course) -> Table:
             result.add_row(
                 _human(nbytes),
                 f"{bound:,.0f}",
-                f"{max(mine.bytes_sent):,}",
-                f"{max(theirs.bytes_sent):,}",
+                _most_bytes(mine),
+                _most_bytes(theirs),
                 f"{timing.candidate_s * 1e3:.2f}",
                 f"{timing.reference_s * 1e3:.2f}",
                 f"{timing.ratio:.2f}",
@@ -68,3 +68,8 @@ def table(course: Course) -> Table:
         reference.close()
         library.close()
     return result
+
+
+def _most_bytes(call: CallResult) -> str:
+    """The bytes of the rank that sent most, or "not counted" where the system keeps no count."""
+    return "not counted" if call.counted_bytes is None else f"{max(call.counted_bytes):,}"

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader import system
 from grader.course import Course
 from grader.report.feedback import feedback_html, feedback_markdown, module_feedback
 from grader.usage import UsageError
@@ -108,6 +109,7 @@ def run(course: Course, options: argparse.Namespace) -> int:
     options = _reread(options)
     if options.targets[:1] == ["merge"]:
         return merge(options.targets[1:], options.out)
+    system.require_sandbox("grading a class")
     return grade_class(course, options)
 
 
@@ -228,24 +230,6 @@ def _command(student: Student, modules: list[str], options: argparse.Namespace, 
     return command
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (Linux /proc; elsewhere none are found)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])  # field 4; the name in () may hold spaces
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _signal(pid: int, sig: signal.Signals, own_group: int) -> None:
     """Send `sig` to the process group `pid` leads or belongs to (never the batch's own group)."""
     try:
@@ -264,7 +248,7 @@ def _kill_tree(process: subprocess.Popen) -> None:
     own_group = os.getpgid(0)
     stopped: set[int] = set()
     for _ in range(100):
-        new = {process.pid, *_descendants(process.pid)} - stopped
+        new = {process.pid, *system.descendants(process.pid)} - stopped
         if not new:
             break
         for pid in new:
@@ -275,16 +259,8 @@ def _kill_tree(process: subprocess.Popen) -> None:
     process.wait()
     # SIGKILL is delivered asynchronously: wait (briefly) until the others have died too.
     deadline = time.monotonic() + 10
-    while any(_running(pid) for pid in stopped) and time.monotonic() < deadline:
+    while any(system.is_running(pid) for pid in stopped) and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def _running(pid: int) -> bool:
-    """Whether `pid` exists and is not a zombie (dead, waiting to be reaped)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def _clear(out: Path) -> None:

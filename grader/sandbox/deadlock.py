@@ -4,11 +4,12 @@ NCCL's watchdog declares a collective hung after 10 minutes (TORCH_NCCL_TIMEOUT 
 group's `timeout`), and torch's flight recorder is read after the fact. The grader can do better,
 because it sees every rank of a world from one process:
 
-1. Stillness. While a call runs, the grader polls each rank's I/O counters (`wchar` + `rchar` in
-   /proc/<pid>/io: gloo moves every byte with read/write calls). A world in which no rank moved a
-   byte for STILL_S seconds, and no thread of any rank is running or waiting for a CPU or the
-   disk (state R or D: a busy machine only delays a rank that has work), is suspect; a world
-   that is computing, writing or communicating is not.
+1. Stillness. While a call runs, the grader polls each rank's I/O counters (bytes read and
+   written: gloo moves every byte with read/write calls; where the system does not count them,
+   the rank's CPU time stands in, grader/system). A world in which no rank moved a byte for
+   STILL_S seconds, and no thread of any rank is running or waiting for a CPU or the disk (a
+   busy machine only delays a rank that has work), is suspect; a world that is computing,
+   writing or communicating is not.
 2. Where. It then asks every rank that has not replied for its Python stack (faulthandler, which
    answers even while the thread waits in C++). If every one of them is inside a communication
    call (a function of torch.distributed, or a `.wait()` on a request), no rank can ever wake the
@@ -35,33 +36,6 @@ STILL_S = 0.5  # no byte moved on any rank for this long: look at the stacks (th
 POLL_S = 0.1  # how often the counters are read while a call runs
 _WAIT_CALL = re.compile(r"\.wait\(|\bwait\(")
 _PEER = re.compile(r"\b(send|recv|isend|irecv) (?:to|from) rank (\d+)")
-
-
-def io_bytes(pid: int) -> int:
-    """Bytes the process has read and written so far (`rchar` + `wchar`), 0 once it is gone."""
-    try:
-        fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
-    except (OSError, ValueError):
-        return 0
-    return int(fields.get("rchar", 0)) + int(fields.get("wchar", 0))
-
-
-def any_thread_running(pid: int) -> bool:
-    """Whether a thread of the process is running or runnable (state R in /proc), or in a disk
-    wait (D: an fsync on a busy disk): a rank that waits only for the CPU or the disk is not
-    blocked, whatever its counters say."""
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return False
-    for task in tasks:
-        try:
-            state = (task / "stat").read_text().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state in ("R", "D"):
-            return True
-    return False
 
 
 def in_communication(stack: str, directory: Path | None) -> bool:

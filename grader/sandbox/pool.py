@@ -2,9 +2,10 @@
 
 A World is N worker processes joined by torch.distributed (a world of one needs no process
 group). It runs one call at a time on every rank, under a time limit, and measures from outside:
-wall time from GO to the last reply, and the bytes each rank wrote (the kernel's `wchar` count in
-/proc/<pid>/io, less what the rank printed and its reply to the grader). `wchar` counts the
-write/writev family, which gloo's TCP transport uses; a raw socket.send would not be counted.
+wall time from GO to the last reply, and the bytes each rank wrote (the kernel's count of the
+write/writev family, grader/system: gloo's TCP transport uses it, a raw socket.send would not be
+counted), less what the rank printed and its reply to the grader. Where the system keeps no such
+count (macOS), a check that reads the bytes gives no verdict and no points, and says why.
 When a call hangs or a rank dies, the stack of every rank is taken with faulthandler before the
 world is killed; the next call starts a fresh world. A world of ranks in which every rank still
 running is blocked in communication, with no byte moving, is a deadlock: it is stopped after
@@ -37,8 +38,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from grader import system
+from grader.perf import NotCountedHere
 from grader.sandbox.commlog import read as read_comm_line
-from grader.sandbox.deadlock import POLL_S, STILL_S, Deadlock, any_thread_running, in_communication, io_bytes
+from grader.sandbox.deadlock import POLL_S, STILL_S, Deadlock, in_communication
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.limits import ReferenceLimit
 from grader.sandbox.protocol import GO, decode_reply, framed_size, send_request
@@ -63,10 +66,18 @@ class CallResult:
     args: list[list[Any]] | None  # per rank, the last step's arguments after it ran
     seconds: float  # wall time in the grader, from GO to the last rank's reply
     rank_seconds: list[float]  # each rank's own time for the script (informational)
-    bytes_sent: list[int]  # bytes each rank wrote to sockets/files during the call
+    counted_bytes: list[int] | None  # bytes each rank wrote during the call; None: not counted here
     printed: list[str] = field(default_factory=list)
     measurements: list[list[dict[str, Any]]] = field(default_factory=list)  # per rank, per step
     others_cpu_s: float = 0.0  # CPU seconds the machine spent on other processes during the call
+
+    @property
+    def bytes_sent(self) -> list[int]:
+        """Bytes each rank wrote to sockets and files during the call. Where the system does not
+        count them, reading them ends the check without a verdict (NotCountedHere)."""
+        if self.counted_bytes is None:
+            raise NotCountedHere()
+        return self.counted_bytes
 
     @property
     def contention(self) -> float:
@@ -86,26 +97,6 @@ class CallResult:
 
 
 CPUS = os.cpu_count() or 1
-_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all CPUs have spent on anything but idling since boot (/proc/stat, in ticks)."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return 0.0
-    user, nice, system, _idle, _iowait, _irq, _softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + steal) * _TICK_S
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds process `pid` has used, all its threads and the children it waited for."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return sum(int(v) for v in fields[11:15]) * _TICK_S  # utime, stime, cutime, cstime: fields 14-17
 
 
 def _command_line(options: dict[str, Any]) -> list[str]:
@@ -176,15 +167,9 @@ class WorkerProcess:
         except OSError:
             return False
 
-    def bytes_written(self) -> int:
-        """The kernel's count of bytes this process has written with write/writev (`wchar`)."""
-        try:
-            for line in Path(f"/proc/{self.process.pid}/io").read_text().splitlines():
-                if line.startswith("wchar:"):
-                    return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
+    def bytes_written(self) -> int | None:
+        """Bytes this process has written with write/writev (None: this system does not count them)."""
+        return system.bytes_written(self.process.pid)
 
     def log_size(self) -> int:
         try:
@@ -410,7 +395,7 @@ class World:
         return replies, dead
 
     def _io_total(self) -> int:
-        return sum(io_bytes(w.process.pid) for w in self.workers)
+        return sum(system.io_activity(w.process.pid) for w in self.workers)
 
     def _deadlock(
         self,
@@ -422,7 +407,7 @@ class World:
         """A Deadlock when every rank in `hung` is blocked in a communication call, else None.
         Before the limit a runnable thread means "look again later" (a rank waiting only for
         the CPU moves no byte either); at the limit (`busy_machine`) the stacks alone decide."""
-        if not busy_machine and any(any_thread_running(w.process.pid) for w in self.workers):
+        if not busy_machine and any(system.any_thread_running(w.process.pid) for w in self.workers):
             return None
         stacks = stacks_now(hung)
         if not all(in_communication(stack, self.submission) for stack in stacks.values()):
@@ -461,7 +446,7 @@ class World:
         logged_before = [w.log_size() for w in self.workers]
         dumped_before = [w.stack_size() for w in self.workers]
         self.deadlock = None
-        busy_before, ours_before = machine_busy_s(), self._our_cpu_s()
+        busy_before, ours_before = system.machine_busy_s(), self._our_cpu_s()
         start = time.perf_counter()
         for worker in self.workers:
             worker.send(GO)
@@ -472,15 +457,20 @@ class World:
             self.workers, deadline, grace_on_error=True, watch=self.watch_deadlocks, limit=limit
         )
         seconds = time.perf_counter() - start
-        others_cpu_s = (machine_busy_s() - busy_before) - (self._our_cpu_s() - ours_before)
-        bytes_sent = [
-            w.bytes_written()
-            - before
-            - (w.log_size() - logged)
-            - (w.stack_size() - dumped)
-            - (replies[w.rank][1] if w.rank in replies else 0)
-            for w, before, logged, dumped in zip(self.workers, written_before, logged_before, dumped_before)
-        ]
+        others_cpu_s = (system.machine_busy_s() - busy_before) - (self._our_cpu_s() - ours_before)
+        written_after = [w.bytes_written() for w in self.workers]
+        bytes_sent = None
+        if None not in written_before + written_after:
+            bytes_sent = [
+                after
+                - before
+                - (w.log_size() - logged)
+                - (w.stack_size() - dumped)
+                - (replies[w.rank][1] if w.rank in replies else 0)
+                for w, after, before, logged, dumped in zip(
+                    self.workers, written_after, written_before, logged_before, dumped_before
+                )
+            ]
         printed = [w.new_output() for w in self.workers]
         errors = {r: m[1] for r, (m, _) in replies.items() if m[0] == "error"}
         if dead or len(replies) < self.size or errors:
@@ -488,7 +478,8 @@ class World:
             # clean enough to keep only when no rank wrote a byte; a worker without a process
             # group has no peers to leave messages for. A rank that left a thread running is
             # never clean.
-            keep = not dead and len(replies) == self.size and (not self.distributed or not any(bytes_sent))
+            quiet = not self.distributed or (bytes_sent is not None and not any(bytes_sent))
+            keep = not dead and len(replies) == self.size and quiet
             keep = keep and all(e["kind"] != "thread" for e in errors.values())
             why = ""
             if reference_limit is not None:
@@ -501,7 +492,7 @@ class World:
             args=None if messages[0][2] is None else [m[2] for m in messages],
             seconds=seconds,
             rank_seconds=[float(m[3]) for m in messages],
-            bytes_sent=[max(0, b) for b in bytes_sent],
+            counted_bytes=None if bytes_sent is None else [max(0, b) for b in bytes_sent],
             printed=printed,
             measurements=[m[4] for m in messages],
             others_cpu_s=max(0.0, others_cpu_s),
@@ -509,7 +500,7 @@ class World:
 
     def _our_cpu_s(self) -> float:
         """CPU seconds used so far by this world's workers and by the grader's process."""
-        return process_cpu_s(os.getpid()) + sum(process_cpu_s(w.process.pid) for w in self.workers)
+        return system.process_cpu_s(os.getpid()) + sum(system.process_cpu_s(w.process.pid) for w in self.workers)
 
     def _fail(
         self,
@@ -605,20 +596,11 @@ class World:
 def _kill_marked(workdir: str) -> None:
     """SIGKILL every process whose environment says it belongs to the world in `workdir`: what
     a submission started in a session of its own escapes the process-group kill, not this."""
-    marker = f"{WORLD_MARKER}={workdir}".encode()
     for _ in range(3):  # a process may fork while it is being looked for
-        found = False
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit() or int(proc.name) == os.getpid():
-                continue
-            try:
-                environment = (proc / "environ").read_bytes()
-            except OSError:
-                continue
-            if marker in environment.split(b"\0"):
-                found = True
-                with contextlib.suppress(OSError):
-                    os.kill(int(proc.name), signal.SIGKILL)
+        found = system.processes_with_environment(f"{WORLD_MARKER}={workdir}")
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         if not found:
             return
         time.sleep(0.05)

@@ -35,9 +35,9 @@ import torch.distributed as dist
 import grader.sandbox.loader as loader_module
 import grader.sandbox.probes as probes_module
 import grader.sandbox.protocol as protocol_module
+from grader import system
 from grader.sandbox.commlog import CommLog
 from grader.sandbox.guard import ForbiddenCallError, Guard
-from grader.sandbox.landlock import hide_folders
 from grader.sandbox.loader import LoadError, SubmissionLoader, student_traceback
 from grader.sandbox.probes import measuring
 from grader.sandbox.protocol import GO, REMOTE, encode_reply, is_plain, map_tensors, receive_request, to_grader
@@ -176,7 +176,7 @@ class Worker:
         self.guard = Guard(filter(None, options.forbidden.split(",")))
         self.changed = _integrity_check(self.guard)
         self.send = self.outbox.send_bytes  # bound now: a submission cannot swap how replies go out
-        hide_folders([Path(folder) for folder in options.hide])
+        system.hide_folders([Path(folder) for folder in options.hide])
         self.directory = Path(options.submission).resolve() if options.submission else None
         self.loader = SubmissionLoader(self.directory) if self.directory else None
         self.kept: dict[str, Any] = {}  # what a notebook's session built, by name

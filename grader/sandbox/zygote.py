@@ -10,7 +10,7 @@ Why a fork loop of our own rather than multiprocessing's forkserver:
   named Unix socket that any local process can connect to (without authentication before
   Python 3.14): a worker could ask it for a process outside the sandbox;
 - each worker needs its own session, its output file as stdout and stderr, and the world's
-  marker in the environment that /proc shows (below), none of which forkserver children get;
+  marker in the environment that other processes see (below), none of which forkserver children get;
 - the zygote's environment is the worker environment of its device (Triton's interpreter on
   the CPU), which differs from the grader's.
 
@@ -25,10 +25,12 @@ a worker changes in memory is its own copy: the next worker forks from the untou
 Were the zygote to die all the same, the grader starts a new one for the next world.
 
 The world marker: the grader kills every process whose environment names the world's folder
-(pool.py). /proc/<pid>/environ shows the environment block the process was started with, which
-a fork inherits unchanged, so the zygote starts with a placeholder value of fixed length and each
-worker overwrites those bytes in place with its world's folder (the technique of setproctitle):
-the worker, what it forks, and what it executes all carry the marker.
+(pool.py). On Linux, the environment other processes see is the block the process was started
+with, which a fork inherits unchanged, so the zygote starts with a placeholder value of fixed
+length and each worker overwrites those bytes in place with its world's folder (the technique of
+setproctitle; grader/system/linux.py): the worker, what it forks, and what it executes all carry
+the marker. Elsewhere (grader/system/portable.py) only what it executes does, and the world also
+kills every descendant of its workers.
 
 The zygote reaps a worker only when the grader asks for its exit status: until then the worker
 stays a zombie, so its process id cannot be reused by an unrelated process that a later kill by
@@ -40,7 +42,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import random
@@ -55,24 +56,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from grader import system
+
 WORLD_MARKER = "GRADER_WORLD"  # environment variable naming the world's folder in its processes
 
 MARKER_PLACEHOLDER = "zygote:" + "." * 1017  # 1024 bytes: room for a world folder's path
 START_TIMEOUT_S = 120.0
 REPLY_TIMEOUT_S = 30.0  # forking and answering take milliseconds; past this the zygote is stuck
-_PR_SET_PDEATHSIG = 1
 _MESSAGE_LIMIT = 2**16
 
 
 # ---- inside the zygote ------------------------------------------------------------------------
-
-
-def _die_with_the_grader() -> None:
-    """SIGKILL this process when the grader that started it exits, however it exits."""
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the grader died before the request took effect
-        os._exit(1)
 
 
 LEAN = "GRADER_ZYGOTE_LEAN"
@@ -99,16 +93,12 @@ def _preload(device: str) -> None:
         import triton  # noqa: F401 - under TRITON_INTERPRET=1: no GPU driver is loaded
 
 
-def _thread_count() -> int:
-    return len(os.listdir("/proc/self/task"))
-
-
 def serve(channel: socket.socket, device: str) -> None:
     """Answer the grader's requests until it closes the channel."""
-    _die_with_the_grader()
+    system.die_with_parent()  # Linux: at once; elsewhere when the channel closes
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the grader's to handle
     _preload(device)
-    threads = _thread_count()
+    threads = system.thread_count()
     if threads != 1:
         problem = f"the zygote has {threads} threads after its imports: forking is unsafe"
         channel.send(json.dumps({"error": problem}).encode())
@@ -179,7 +169,7 @@ def _become_worker(channel: socket.socket, request: dict[str, Any], fds: list[in
     workdir = request["workdir"]
     os.chdir(workdir)
     sys.path[0] = workdir  # as for `python -m` started in the world's folder
-    mark_environment(request["marker"], workdir)
+    system.mark_environment(request["marker"], workdir)
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
         signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
     random.seed()  # a fresh interpreter seeds from the OS; a fork would share the zygote's state
@@ -192,29 +182,10 @@ def _become_worker(channel: socket.socket, request: dict[str, Any], fds: list[in
 
 
 def _close_all_but(keep: set[int]) -> None:
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
+    for fd in system.open_descriptors():
         if fd not in keep:
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-def mark_environment(name: str, value: str) -> None:
-    """Set `name` to `value` in this process's environment, in place in the block that
-    /proc/self/environ shows (its old value must be at least as long), and in os.environ."""
-    fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
-    start, end = int(fields[47]), int(fields[48])  # env_start and env_end: fields 50 and 51 of proc(5)
-    block = ctypes.string_at(start, end - start)
-    prefix = f"{name}=".encode()
-    at = 0 if block.startswith(prefix) else block.find(b"\0" + prefix) + 1
-    if at == 0 and not block.startswith(prefix):
-        raise RuntimeError(f"{name} is not in this process's environment block")
-    old_length = block.index(b"\0", at) - at - len(prefix)
-    new = value.encode()
-    if len(new) > old_length:
-        raise RuntimeError(f"{name}={value} does not fit in the {old_length} bytes the zygote reserved")
-    ctypes.memmove(start + at + len(prefix), new + b"\0" * (old_length - len(new)), old_length)
-    os.environ[name] = value
 
 
 def main() -> None:
@@ -346,18 +317,10 @@ class ForkedProcess:
                 self.returncode = self.zygote.returncode(self.pid, timeout)
             except ZygoteError:  # the zygote is gone: the worker was adopted, its status is lost
                 deadline = time.monotonic() + min(timeout, 5.0)
-                while _running(self.pid) and time.monotonic() < deadline:
+                while system.is_running(self.pid) and time.monotonic() < deadline:
                     time.sleep(0.01)
-                self.returncode = None if _running(self.pid) else -signal.SIGKILL
+                self.returncode = None if system.is_running(self.pid) else -signal.SIGKILL
         return self.returncode
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 _zygotes: dict[str, Zygote] = {}
@@ -386,7 +349,8 @@ def worker_environment(device: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",  # what a rank printed reaches its log even if it then hangs
         TORCH_CPP_LOG_LEVEL="ERROR",
     )
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks are on this machine
+    env.setdefault("GLOO_SOCKET_IFNAME", system.LOOPBACK)  # all ranks are on this machine
+    env.update(system.worker_environment())
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # Triton kernels run in the interpreter, on the CPU
         env["CUDA_VISIBLE_DEVICES"] = ""

@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader import system
+
 CLUSTER_DOMAIN = "cluster.local"
 GPU_RESOURCE = "nvidia.com/gpu"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
@@ -440,18 +442,9 @@ def _kill_world(processes: list[subprocess.Popen], marker: str) -> None:
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-    needle = f"LOCAL_WORLD_OUT={marker}\0".encode()
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                marked = needle in f.read() + b"\0"
-        except OSError:  # gone, or not ours
-            continue
-        if marked:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry), signal.SIGKILL)
+    for pid in system.processes_with_environment(f"LOCAL_WORLD_OUT={marker}"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     for process in processes:
         process.wait()
 
