@@ -70,18 +70,30 @@ class NotMeasuredReliably(Exception):
     """A timed check ran on a machine too busy to judge it: no verdict, no points; rerun."""
 
 
-class NotCountedHere(NotMeasuredReliably):
-    """A check on bytes sent, on a system that does not count a process's bytes (macOS): no
-    verdict and no points, whatever the submission; a rerun changes nothing, grading on Linux does."""
+ON_THIS_SYSTEM = "not measured on this system"
+
+
+class NotOnThisSystem(NotMeasuredReliably):
+    """A check this system cannot measure or run (grader/system): no verdict and no points,
+    whatever the submission; a rerun changes nothing, grading on Linux does."""
+
+
+class NotCountedHere(NotOnThisSystem):
+    """A check on bytes sent, on a system that does not count a process's bytes (macOS)."""
 
     def __init__(self) -> None:
         super().__init__(NOT_COUNTED)
 
 
 NOT_COUNTED = (
-    "not measured on this system: it keeps no count of the bytes a process writes (macOS), so "
-    "the bytes your ranks sent cannot be checked here; this check gives no points until it is "
-    "graded on Linux (your course's grader, or WSL2 and Codespaces: README.md)"
+    f"{ON_THIS_SYSTEM}: it keeps no count of the bytes a process writes (macOS), so the bytes your "
+    "ranks sent cannot be checked here; this check gives no points until it is graded on Linux "
+    "(your course's grader, or WSL2 and Codespaces: README.md)"
+)
+NO_TRITON = (
+    f"{ON_THIS_SYSTEM}: Triton has no build for it (macOS), so Triton kernels cannot run here; "
+    "this check gives no points until it is graded on Linux (your course's grader, or WSL2 and "
+    "Codespaces: README.md)"
 )
 
 

@@ -12,6 +12,7 @@ limit so that a breakpoint() in your code (it opens on your terminal) can be use
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from grader.course import COURSE_ROOT, Course, CourseError, load_course
-from grader.perf import NotMeasuredReliably
+from grader.perf import NO_TRITON, NotMeasuredReliably
 from grader.results import UNMEASURED
 from grader.sandbox.errors import SubmissionError
 from grader.sandbox.zygote import close_zygotes, start_zygote
@@ -255,8 +256,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         import grader.testing
 
         report.sections.append(("replay", f"GRADER_SEED={grader.testing.RUN_SEED} pytest '{item.nodeid}'"))
-    if isinstance(error, SubmissionError):
+    if _needs_missing_triton(error):
+        report.grader_message = NO_TRITON
+        report.grader_kind = UNMEASURED
+    elif isinstance(error, SubmissionError):
         report.grader_kind, report.grader_function = error.kind, error.function
         report.longrepr = f"{item.nodeid}\n{error.message}"
     elif isinstance(error, NotMeasuredReliably):
         report.grader_kind = UNMEASURED
+
+
+@functools.cache
+def _triton_missing() -> bool:
+    """Whether this system has no Triton (it has no build for macOS)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
+def _needs_missing_triton(error: BaseException) -> bool:
+    """A worker could not import Triton, which this system lacks: the check cannot run here (no
+    verdict, no points), which is not the submission's fault."""
+    return isinstance(error, SubmissionError) and "No module named 'triton" in error.message and _triton_missing()

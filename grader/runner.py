@@ -12,7 +12,7 @@ import pytest
 
 from grader import system
 from grader.course import Course
-from grader.perf import NOT_COUNTED
+from grader.perf import ON_THIS_SYSTEM
 from grader.results import ERROR, FAILED, PASSED, SKIPPED, UNMEASURED, GradeReport, ModuleResult, TestResult
 
 
@@ -130,7 +130,7 @@ def _measure_again(course: Course, collector: _Collector, options: list[Any]) ->
     unmeasured = [
         nodeid
         for nodeid, result in collector.results.items()
-        if result.status == UNMEASURED and NOT_COUNTED not in result.message  # bytes: a rerun cannot count them
+        if result.status == UNMEASURED and ON_THIS_SYSTEM not in result.message  # a rerun here changes nothing
     ]
     if not unmeasured:
         return
@@ -197,8 +197,10 @@ def grade(
         result.assign_points()
         report.modules.append(result)
     unmeasured = [t for m in report.modules for t in m.unmeasured()]
-    if uncounted := sum(NOT_COUNTED in t.message for t in unmeasured):
-        report.notes.append(f"{uncounted} check(s) of bytes sent {NOT_COUNTED}")
+    if uncounted := sum(ON_THIS_SYSTEM in t.message for t in unmeasured):
+        report.notes.append(
+            f"{uncounted} check(s) {ON_THIS_SYSTEM} (each says why): they give no points here; grade on Linux for them"
+        )
     if timed := len(unmeasured) - uncounted:
         report.notes.append(
             f"{timed} timed check(s) not measured reliably: the machine was busy, during the grading and again "

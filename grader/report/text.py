@@ -28,13 +28,14 @@ def _scoreboard(report: GradeReport) -> Table:
     table.add_column("to do")
     for module in report.modules:
         passed = sum(t.status == PASSED for t in module.graded)
-        todo = ", ".join(module.to_implement()) or ("-" if passed == len(module.graded) else "fix the failures below")
+        failing = len(module.graded) - passed - len(module.unmeasured())
+        todo = ", ".join(module.to_implement()) or ("fix the failures below" if failing else "-")
         uncounted = len(module.uncounted())
         if timed := len(module.unmeasured()) - uncounted:
             rerun = f"rerun: {timed} timed check(s) not measured"
             todo = rerun if todo == "-" else f"{rerun}; {todo}"
         if uncounted:
-            linux = f"grade on Linux: {uncounted} check(s) of bytes not counted here"
+            linux = f"grade on Linux: {uncounted} check(s) not measured on this system"
             todo = linux if todo == "-" else f"{linux}; {todo}"
         style = "green" if module.graded and passed == len(module.graded) else "red" if not passed else "yellow"
         table.add_row(

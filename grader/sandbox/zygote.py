@@ -90,7 +90,8 @@ def _preload(device: str) -> None:
     import torch._dynamo  # noqa: F401
 
     if device == "cpu":
-        import triton  # noqa: F401 - under TRITON_INTERPRET=1: no GPU driver is loaded
+        with contextlib.suppress(ImportError):  # no Triton build for this system (macOS): see pytest_plugin
+            import triton  # noqa: F401 - under TRITON_INTERPRET=1: no GPU driver is loaded
 
 
 def serve(channel: socket.socket, device: str) -> None:
