@@ -97,6 +97,8 @@ def test_rank_grid_sizes_order_and_coordinates_follow_the_strides(submission):
         (8, 2, 2, 2, 1, "tp-cp-dp-pp-tp"),  # tp twice
         (8, 2, 2, 2, 1, "tp-cp-ep-pp"),  # an unknown name
         (8, 0, 2, 2, 2, "tp-cp-dp-pp"),  # size 0
+        (0, 0, 1, 1, 1, "tp-cp-dp-pp"),  # size 0 whose product is the world: only "positive" refuses it
+        (-2, -1, 2, 1, 1, "tp-cp-dp-pp"),  # a negative size whose product is the world
         (8, 2.0, 2, 2, 1, "tp-cp-dp-pp"),  # a float
         (2, True, 1, 1, 2, "tp-cp-dp-pp"),  # a bool is no size
     ],
@@ -107,6 +109,8 @@ def test_rank_grid_sizes_order_and_coordinates_follow_the_strides(submission):
         "order-repeats",
         "order-unknown",
         "zero",
+        "zero-on-a-world-of-0",
+        "negative-with-the-worlds-product",
         "float",
         "bool",
     ],

@@ -227,8 +227,9 @@ def test_plan_lists_every_grid_that_fits_fastest_first_as_a_brute_force_search_d
     by_grid = {grid: (seconds, memory) for seconds, grid, memory in want}
     for plan, grid in zip(got, got_grids):
         seconds, memory = by_grid[grid]
-        assert plan["microbatches"] == batch // grid[3], (
-            f"{where}: plan {grid}: expected microbatches = global_batch / dp = {batch // grid[3]}, "
+        assert plan["microbatches"] == batch // grid[3] and type(plan["microbatches"]) is int, (
+            f"{where}: plan {grid}: expected microbatches = global_batch / dp = {batch // grid[3]} (an int, as "
+            "Plan declares it), "
             f"got {plan['microbatches']!r}"
         )
         assert close(plan["memory_bytes"], memory) and close(plan["step_seconds"], seconds), (
