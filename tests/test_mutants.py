@@ -263,3 +263,4 @@ def test_a_mutants_grading_stops_at_its_first_failure_and_the_references_runs_ev
     reference, mutant = calls
     assert not reference.get("first_failure"), f"the reference's grading stops early: {reference}"
     assert mutant.get("first_failure") is True, f"a mutant's grading runs past its first failure: {mutant}"
+    assert mutant.get("files_first") == "routing", f"a mutant of routing.py grades its own suite first: {mutant}"

@@ -282,7 +282,15 @@ def graded_statuses(
         with _run_seed(seed), _interruptible():
             select = f"not ({' or '.join(TIMED_CHECK_WORDS)})" if counted_perf else None
             mutant = file is not None
-            report = grade(course, [module], submission, perf=counted_perf, select=select, first_failure=mutant)
+            report = grade(
+                course,
+                [module],
+                submission,
+                perf=counted_perf,
+                select=select,
+                first_failure=mutant,
+                files_first=Path(file).stem if mutant else None,  # the suite of the mutated file, likeliest to fail
+            )
     if file is None:  # the reference must pass everything: say why it did not
         for test in report.tests:
             if test.status not in (PASSED, SKIPPED):
