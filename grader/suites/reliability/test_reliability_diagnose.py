@@ -343,9 +343,9 @@ def without(submission, key: str) -> list[dict]:
     return dumps
 
 
-def other_world_size(submission) -> list[dict]:
+def other_world_size(submission, size: int = 8) -> list[dict]:
     dumps = fresh(submission, "healthy")
-    dumps[2]["pg_config"]["0"]["ranks"] = str(list(range(8)))
+    dumps[2]["pg_config"]["0"]["ranks"] = str(list(range(size)))
     return dumps
 
 
@@ -368,6 +368,8 @@ REFUSALS = [
     (lambda submission: without(submission, "rank"), "a dump without its rank"),
     (duplicate_rank, "two dumps of rank 2"),
     (other_world_size, "a dump of a world of 8 among dumps of 4"),
+    # one world size of two agrees with the ranks present: only comparing the sizes refuses it
+    (lambda submission: other_world_size(submission, 5), "a dump of a world of 5 among dumps of 4"),
     (lambda submission: fresh(submission, "healthy")[:3], "rank 3's dump missing"),
 ]
 

@@ -113,7 +113,8 @@ def test_daly_is_the_default_method(submission):
 @pytest.mark.points(4)
 def test_goodput_is_dalys_expected_useful_fraction(submission):
     cases = [(16384, 1.824e8, 60.0, 600.0, 1100.0), (8, 1e7, 5.0, 30.0, 200.0), (1024, 3.6e9, 0.0, 0.0, 10.0),
-             (24576, 1e8, 300.0, 1800.0, 3000.0), (2, 100.0, 1.0, 2.0, 50.0)]  # fmt: skip
+             (24576, 1e8, 300.0, 1800.0, 3000.0), (2, 100.0, 1.0, 2.0, 50.0),
+             (4, 40.0, 0.25, 0.5, 0.5)]  # fmt: skip - the last: every duration under a second, all valid
     got = submission.script([Step("goodput", case) for case in cases]).steps[0]
     for (gpus, gpu_mtbf, delta, restart, tau), answer in zip(cases, got):
         want = daly_goodput(gpu_mtbf / gpus, delta, restart, tau)
