@@ -334,6 +334,23 @@ def test_groups_whose_first_disagreements_tie_on_record_id_go_to_the_smaller_nam
     check(got, want, 'pairs named "9" and "10", both disagreeing at record_id 3')
 
 
+@pytest.mark.points(1)
+def test_a_disagreement_is_as_early_as_the_earliest_of_its_entries_in_any_dump(submission):
+    """Both pairs disagree at their seq 1. Rank 1 recorded world seq 4 before its pair's seq 1
+    (record_ids 3 and 4 swapped), so pair {0, 1}'s disagreement holds record_ids 3 (rank 0)
+    and 4 (rank 1), pair {2, 3}'s 3 and 3: the smallest of any dump ties at 3, and the tie
+    goes to group "1" (by the largest, {2, 3} would come first)."""
+    dumps = fresh(submission, "healthy")
+    world_4, pair_1 = entry(dumps, 1, "0", 4), entry(dumps, 1, "1", 1)
+    world_4["record_id"], pair_1["record_id"] = pair_1["record_id"], world_4["record_id"]
+    dumps[1]["entries"].sort(key=lambda e: e["record_id"])
+    pair_1["input_dtypes"] = ["Double"]
+    entry(dumps, 3, "2", 1)["input_sizes"] = [[7]]
+    want = {"status": "mismatched_dtype", "process_group": PAIR_0_1, "seq": 1, "op": "gloo:all_reduce", "ranks": [1]}
+    got = submission.function("diagnose")(shuffled(dumps, [2, 0, 3, 1]))
+    check(got, want, "both pairs disagreeing at seq 1, rank 1's entry of it recorded after world seq 4")
+
+
 # ----------------------------------------------------------------------------- refusals
 
 
