@@ -159,17 +159,17 @@ def grade(
     time_limit_s: float | None = None,
     select: str | None = None,
     first_failure: bool = False,
-    files_first: str | None = None,
+    files_first: list[str] | None = None,
 ) -> GradeReport:
     """Grade `modules` of the submission folder `submission` (one sub-folder per module); with
     `first_failure`, stop at the first test that fails (the tests after it are not in the report);
-    with `files_first`, the test files whose name holds that word run before the others."""
+    with `files_first`, the test files whose name holds one of those words run before the others."""
     from grader.todo import unwritten
 
     started = time.perf_counter()
     paths = suite_files(course, modules, public_only=public_only)
     if files_first:
-        paths.sort(key=lambda path: files_first not in Path(path).stem)  # stable: the rest keep their order
+        paths.sort(key=lambda path: not any(word in Path(path).stem for word in files_first))  # stable sort
     args: list[Any] = [*paths, "--submission", str(submission), "--device", device, *pytest_options(course)]
     if not perf:
         args += ["-m", "not perf"]

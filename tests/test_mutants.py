@@ -259,8 +259,12 @@ def test_a_mutants_grading_stops_at_its_first_failure_and_the_references_runs_ev
 
     monkeypatch.setattr("grader.runner.grade", grade)
     graded_statuses(load_course(), "moe", None, "", 0)
-    graded_statuses(load_course(), "moe", "routing.py", "def route():\n    pass\n", 0)
+    routing = (ROOT / "solutions" / "moe" / "routing.py").read_text()
+    changed = routing.replace("def load_balancing_loss(", "def load_balancing_loss(  ", 1)
+    graded_statuses(load_course(), "moe", "routing.py", changed, 0)
     reference, mutant = calls
     assert not reference.get("first_failure"), f"the reference's grading stops early: {reference}"
     assert mutant.get("first_failure") is True, f"a mutant's grading runs past its first failure: {mutant}"
-    assert mutant.get("files_first") == "routing", f"a mutant of routing.py grades its own suite first: {mutant}"
+    assert mutant.get("files_first") == ["routing", "load", "balancing", "loss"], (
+        f"a mutant of load_balancing_loss in routing.py grades the suites named after either first: {mutant}"
+    )

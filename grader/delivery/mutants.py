@@ -45,6 +45,7 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -190,6 +191,18 @@ def enclosing_function(mutant: Mutant) -> str:
     return min(inside)[1] if inside else ""
 
 
+def _likely_suites(course: Course, module: str, file: str, text: str) -> list[str]:
+    """Words of the test files likeliest to fail a mutant of `file` (run first: its grading stops
+    at the first failure): the file's name, and the words of the function it changed
+    (find_straggler's tests are in test_reliability_straggler.py)."""
+    original = (course.root / "solutions" / module / file).read_text()
+    pairs = zip(original.splitlines(), text.splitlines())
+    line = next((number for number, (a, b) in enumerate(pairs, 1) if a != b), 0)
+    inside = [(end - start, name) for start, end, name in _functions(original) if start <= line <= end]
+    function = min(inside)[1] if inside else ""
+    return [Path(file).stem, *(word for word in re.split(r"[._]", function) if len(word) >= 4)]
+
+
 @functools.cache
 def _functions(source: str) -> list[tuple[int, int, str]]:
     """(first line, last line, qualified name) of every function of `source`, methods included."""
@@ -289,7 +302,7 @@ def graded_statuses(
                 perf=counted_perf,
                 select=select,
                 first_failure=mutant,
-                files_first=Path(file).stem if mutant else None,  # the suite of the mutated file, likeliest to fail
+                files_first=_likely_suites(course, module, file, text) if mutant else None,
             )
     if file is None:  # the reference must pass everything: say why it did not
         for test in report.tests:
