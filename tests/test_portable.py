@@ -185,3 +185,29 @@ def test_triton_kernels_where_triton_cannot_be_installed_give_no_verdict_and_say
     others = [t for name, t in tests.items() if "triton" not in name]
     assert triton and all(t["extra_data"]["kind"] == "unmeasured" and NO_TRITON in t["output"] for t in triton), triton
     assert others and all(t["status"] == "passed" for t in others), others
+
+
+def test_a_child_a_worker_started_dies_with_the_world_when_no_marker_can_be_seen(monkeypatch):
+    """On macOS a process forked without an exec keeps the environment block its worker started
+    with, so the world's marker cannot find it; the portable layer kills every descendant of
+    the world's workers as well. Here the marker is made invisible (as there) and only that
+    path is left to kill a worker's child."""
+    import psutil
+
+    import grader.system
+    from grader.sandbox import Library
+
+    monkeypatch.setattr(grader.system, "processes_with_environment", lambda entry: [])
+    monkeypatch.setattr(grader.system, "unmarked_descendants", portable.unmarked_descendants)
+    library = Library()
+    try:
+        # in a session of its own, out of reach of its worker's process group; return_result=False:
+        # a Popen object cannot be sent back
+        library.run("subprocess:Popen", (["sleep", "60"],), {"start_new_session": True}, return_result=False)
+        workers = [p for p in psutil.Process().children(recursive=True) if p.cmdline()[:1] == ["sleep"]]
+        assert workers, "the worker's child did not start"
+    finally:
+        library.close()
+    time.sleep(0.2)
+    alive = [p.pid for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"children of a world's worker outlived it: {alive}"

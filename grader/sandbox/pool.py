@@ -587,8 +587,12 @@ class World:
         if not self.alive:
             return
         self.alive = False
+        unmarked = system.unmarked_descendants([w.process.pid for w in self.workers])  # before they are orphaned
         for worker in self.workers:
             worker.kill()
+        for pid in unmarked:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         _kill_marked(str(self.workdir))
         shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -44,6 +44,7 @@ _PROVIDED = {
     "is_running": "whether a process exists and is not a zombie",
     "descendants": "every process below a process",
     "processes_with_environment": "processes whose environment holds an entry",
+    "unmarked_descendants": "processes below some that the world marker may not find",
     "mark_environment": "set a variable where other processes see it",
     "worker_environment": "what a process that forks workers needs set",
     "hide_folders": "the sandbox: folders a worker can no longer read",

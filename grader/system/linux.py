@@ -135,6 +135,12 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def unmarked_descendants(pids: list[int]) -> list[int]:
+    """Processes below `pids` that carry no world marker: none, since every process a worker
+    forks or executes inherits it (mark_environment)."""
+    return []
+
+
 def processes_with_environment(entry: str) -> list[int]:
     """Processes (other than this one) whose environment block holds `entry` ("NAME=value"), as
     /proc/<pid>/environ shows it: the block they were started with, or rewrote in place

@@ -119,6 +119,12 @@ def descendants(pid: int) -> list[int]:
         return []
 
 
+def unmarked_descendants(pids: list[int]) -> list[int]:
+    """Processes below `pids` that may carry no world marker: all of them, since a process a
+    worker forks without executing keeps the environment block the worker started with."""
+    return [child for pid in pids for child in descendants(pid)]
+
+
 def processes_with_environment(entry: str) -> list[int]:
     """Processes (other than this one) whose environment holds `entry` ("NAME=value")."""
     name, _, value = entry.partition("=")
