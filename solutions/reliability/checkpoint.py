@@ -175,10 +175,10 @@ def commit(records: dict[str, dict[str, Any]], path: str | os.PathLike, group: G
     if size > 1:
         everyone = [None] * size
         dist.all_gather_object(everyone, records, group=group)  # every rank checks, so all raise alike
+    if any(set(other) != set(everyone[0]) for other in everyone):
+        raise ValueError(f"the ranks checkpoint different names: {[sorted(other) for other in everyone]}")
     tensors = {}
     for name, first in everyone[0].items():
-        if any(set(other) != set(everyone[0]) for other in everyone):
-            raise ValueError(f"the ranks checkpoint different names: {[sorted(other) for other in everyone]}")
         parts = [other[name] for other in everyone]
         if any((part["trailing"], part["dtype"]) != (first["trailing"], first["dtype"]) for part in parts):
             raise ValueError(f"{name!r}: the ranks hold shards of different trailing shapes or dtypes")

@@ -346,6 +346,24 @@ def test_ranks_that_disagree_all_raise_value_error_and_write_no_metadata(submiss
         )
 
 
+@pytest.mark.points(1)
+def test_commit_refuses_ranks_of_which_the_first_holds_no_name(submission, tmp_path):
+    """Rank 0's records are empty, rank 1's name a tensor: the ranks do not hold the same names,
+    whichever rank holds none, so commit raises ValueError on every rank and writes nothing."""
+    record = {"rows": 4, "trailing": (2,), "dtype": "torch.float64", "file": "1.distcp", "byte_offset": 0,
+              "byte_length": 100}  # fmt: skip
+    path = str(tmp_path / "first-empty")
+    with pytest.raises(SubmissionError) as raised:
+        submission.function("commit").spmd(2, [({}, path), ({"w": record}, path)])
+    if raised.value.kind == "not_implemented":
+        raise raised.value
+    assert raised.value.kind == "exception" and "ValueError" in raised.value.message, (
+        f"rank 0 with no record and rank 1 with 'w': expected ValueError on every rank, got {raised.value.kind}: "
+        f"{raised.value.message}"
+    )
+    assert not (tmp_path / "first-empty" / ".metadata").exists(), "commit wrote a .metadata for ranks that disagree"
+
+
 # ----------------------------------------------------------------------------- completion and crashes
 
 
