@@ -293,8 +293,44 @@ def test_an_error_in_the_writing_thread_is_raised_by_wait(submission, tmp_path):
     except SubmissionError as error:
         if error.kind != "exception":
             raise  # not implemented, a crash, a timeout: the student sees that
+        assert error.exception_type in _os_errors(), (
+            f"wait() raised {error.exception_type}, not the writing thread's own exception (an OSError such as "
+            f"NotADirectoryError: the folder cannot be created): {error.message}"
+        )
         return
     pytest.fail("the writing thread could not create the checkpoint's folder, yet wait() returned normally")
+
+
+def _os_errors() -> set[str]:
+    """The names of OSError and of every exception class derived from it."""
+    names, todo = set(), [OSError]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo += cls.__subclasses__()
+    return names
+
+
+@pytest.mark.points(1)
+def test_a_second_wait_after_a_committed_save_does_nothing(submission, tmp_path):
+    """wait() does nothing when no save is pending: once a save was committed, a second wait()
+    commits nothing again (its .metadata, removed meanwhile, stays removed). The checkpointer
+    lives on in the worker between the two calls."""
+    state = {"w": torch.arange(6.0, dtype=torch.float64).reshape(3, 2)}
+    folder = tmp_path / "once"
+    steps = [
+        Step("AsyncCheckpointer", (), save_as="checkpointer", send_back=False),
+        Step("checkpointer.save", (state, str(folder)), send_back=False),
+        Step("checkpointer.wait", (), send_back=False),
+    ]
+    submission.run([steps], distributed=False, keep=True)
+    assert (folder / ".metadata").is_file(), "save() then wait() committed no checkpoint (no .metadata)"
+    (folder / ".metadata").unlink()
+    submission.run([[Step("checkpointer.wait", (), send_back=False)]], distributed=False, keep=True)
+    assert not (folder / ".metadata").exists(), (
+        "a second wait() after a committed save wrote the checkpoint's .metadata again: with no save pending, "
+        "wait() does nothing (AsyncCheckpointer's docstring)"
+    )
 
 
 def test_wait_without_a_pending_save_does_nothing(submission, tmp_path):
