@@ -25,16 +25,16 @@ CASES = [
     # every default: 4 nodes of 8 GPUs in "default", port 29500, 3 restarts
     dict(name="llama-pretrain", image="nvcr.io/nvidia/pytorch:25.01-py3", nodes=4, gpus_per_node=8,
          command=["/workspace/train.py", "--steps=100"]),
-    # one node, no restarts, another namespace and port
+    # one node, no restarts, another namespace, the highest port
     dict(name="solo", image="pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", nodes=1, gpus_per_node=1,
-         command=["train.py"], max_restarts=0, port=23456, namespace="research"),
+         command=["train.py"], max_restarts=0, port=65535, namespace="research"),
     # 12 nodes (two-digit indices), a port and a name that change every run
     dict(name=f"moe-{TAG}", image="registry.example.com/team/moe:v3", nodes=12, gpus_per_node=4,
          command=["/app/moe.py", "--experts", "64", "--config=/etc/moe.yaml"], max_restarts=5, port=PORT,
          namespace="team-7"),
-    # CPU only: no GPU resource, one worker per pod
+    # CPU only: no GPU resource, one worker per pod; the lowest port
     dict(name="cpu-smoke", image="python:3.12-slim", nodes=3, gpus_per_node=0, command=["smoke.py", "-v"],
-         max_restarts=1, port=29400, namespace="ci"),
+         max_restarts=1, port=1, namespace="ci"),
     # the longest name whose last hostname, <name>-1, is still a 63-character DNS label
     dict(name="a" + "b" * 60, image="img", nodes=2, gpus_per_node=2, command=["t.py"]),
 ]  # fmt: skip

@@ -116,6 +116,25 @@ def test_a_world_of_one_already_joined_checkpoints_after_every_step(submission, 
 
 
 @pytest.mark.points(1)
+def test_a_world_of_one_checkpoints_after_every_third_step_of_seven(submission, scratch):
+    """train_with_restarts(dir, 7, 3) on a world of one rank already joined: checkpoints after
+    steps 3 and 6 (an interval that does not divide the run, and is not 2, where counting steps
+    from 0 or from 1 gives the same checkpoints), and the run's 7 steps."""
+    folder = scratch / "every-third"
+    folder.mkdir()
+    final = submission.function("train_with_restarts").spmd(1, [(str(folder), 7, 3)]).outputs[0]
+    names = sorted(path.name for path in folder.iterdir())
+    assert names == ["step_000003.pt", "step_000006.pt"], (
+        f"7 steps, every = 3: expected the checkpoints after steps 3 and 6, found {names}"
+    )
+    want = states(7, world_size=1)[-1]
+    assert isinstance(final, dict) and not _same(final, want), (
+        f"after 7 steps on one rank the parameters differ from the uninterrupted run's in "
+        f"{_same(final if isinstance(final, dict) else {}, want)}"
+    )
+
+
+@pytest.mark.points(1)
 def test_a_run_of_one_step_is_valid_and_checkpoints_it(submission, scratch):
     """train_with_restarts(dir, 1, 1) on a world of one rank already joined: steps = 1 is the
     least valid run (ValueError is for steps < 1), one step and its checkpoint."""
