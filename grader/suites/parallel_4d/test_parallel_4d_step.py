@@ -16,10 +16,12 @@ import math
 from dataclasses import dataclass, replace
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from grader.models.process_grid import ProcessGrid
 from grader.models.tiny_gpt import TinyGPTConfig
-from grader.sandbox import Step
+from grader.sandbox import Group, Step
 from grader.suites.parallel_4d.reference import (
     BATCH,
     CONFIG,
@@ -349,3 +351,21 @@ def test_parallelize_refuses_tp_not_dividing_the_kv_heads_or_the_vocabulary(subm
     sizes = {"dp": 1, "tp": tp, "pp": 1, "cp": 1}
     step = Step("step_4d", (config, sizes, "tp-cp-dp-pp", make_tokens(7), 1, LR, SEED))
     expect_exception("ValueError", lambda: submission.script_spmd(tp, [[step]] * tp))
+
+
+@pytest.mark.points(1)
+def test_the_vocab_parallel_loss_subtracts_the_largest_logit_of_the_whole_vocabulary(submission):
+    """vocab_parallel_cross_entropy on 2 ranks, 5 tokens, a vocabulary of 6 with logits up to
+    1e4 apart (float64): exp() overflows unless each token's largest logit over the whole
+    vocabulary (all-reduced with MAX) is subtracted first. Against F.cross_entropy on the whole
+    logits."""
+    gen = torch.Generator().manual_seed(4)
+    logits = 1e4 * torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    targets = torch.tensor([0, 5, 2, 3, 1])
+    shards = logits.chunk(2, dim=-1)
+    args = [(shards[r].contiguous(), targets, 3 * r, Group((0, 1))) for r in range(2)]
+    got = submission.function("vocab_parallel_cross_entropy").spmd(2, args).outputs
+    want = F.cross_entropy(logits, targets, reduction="none")
+    for rank, losses in enumerate(got):
+        where = f"vocab_parallel_cross_entropy on rank {rank} of 2, logits of size 1e4"
+        assert_matches(losses, want, where, 1e-9, 1e-9)
