@@ -73,6 +73,7 @@ OVERLAP_CASES = [
     (1, 8, 8, 64, 2, 1e12, 1e-5, 0.0),  # beta = 0 is allowed: latency alone, sqrt(alpha / quadratic)
     (1, 8, 8, 64, 2, 1e12, 0.0, 0.0),  # both zero: any block hides its transfer, s_local = 0
     (3, 12, 3, 96, 1, 312e12, 2e-6, 1 / 25e9),  # no size a power of two, one-byte elements
+    (1, 2, 1, 4, 2, 0.5, 1e-3, 1e-3),  # half a FLOP per second: slow, but > 0 is all the docstring asks
 ]
 
 
