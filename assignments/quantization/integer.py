@@ -138,5 +138,6 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
 
 
 def unpack_int4(packed: torch.Tensor, numel: int) -> torch.Tensor:
-    """The first `numel` signed values stored by `pack_int4`, as a 1-D int8 tensor."""
+    """The first `numel` signed values stored by `pack_int4`, as a 1-D int8 tensor.
+    Raises ValueError when `numel` exceeds the 2 * packed.numel() values the bytes hold."""
     raise NotImplementedError("implement unpack_int4 (lectures/06-quantization.md, section 4)")

@@ -203,7 +203,8 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
 
 
 def unpack_int4(packed: torch.Tensor, numel: int) -> torch.Tensor:
-    """The first `numel` signed values stored by `pack_int4`, as a 1-D int8 tensor."""
+    """The first `numel` signed values stored by `pack_int4`, as a 1-D int8 tensor.
+    Raises ValueError when `numel` exceeds the 2 * packed.numel() values the bytes hold."""
     ### BEGIN SOLUTION
     if numel > 2 * packed.numel():
         raise ValueError(f"{packed.numel()} bytes hold at most {2 * packed.numel()} values, not {numel}")

@@ -204,6 +204,15 @@ def test_pack_int4_round_trips_random_values(submission):
 
 
 @pytest.mark.points(1)
+def test_unpack_int4_refuses_more_values_than_the_bytes_hold(submission):
+    """3 bytes hold 6 values: 6 are returned, 7 (one past) and 9 raise ValueError."""
+    packed = submission.function("pack_int4")(torch.arange(-3, 3, dtype=torch.int8))
+    assert_matches(submission.function("unpack_int4")(packed, 6), torch.arange(-3, 3, dtype=torch.int8), "6 of 6")
+    for numel in (7, 9):
+        expect_exception("ValueError", lambda numel=numel: submission.function("unpack_int4")(packed, numel))
+
+
+@pytest.mark.points(1)
 @pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric", "asymmetric"])
 def test_an_all_zero_tensor_quantizes_without_nan(submission, symmetric):
     for granularity in ("tensor", "channel", "group"):
