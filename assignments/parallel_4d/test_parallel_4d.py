@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from grader.models.tiny_gpt import TinyGPT, TinyGPTConfig
 from grader.models.transformer_config import TransformerConfig
-from grader.sandbox import Step
+from grader.sandbox import Group, Step
 from grader.testing import expect_exception
 
 CONFIG = TinyGPTConfig(vocab_size=16, max_seq_len=8, num_layers=2, d_model=16, num_heads=4, num_kv_heads=2, mlp_ratio=2)
@@ -62,6 +62,23 @@ def test_one_step_on_tp_2_and_pp_2_equals_one_process(submission):
         whole = model.blocks[stage].attention.query
         want = (whole.weight - 0.1 * whole.weight.grad).detach().chunk(2, 0)[t]
         torch.testing.assert_close(query, want, rtol=1e-10, atol=1e-10, msg=f"rank {rank}: query weight shard")
+
+
+def test_vocab_parallel_loss_in_two_pairs_of_a_world_of_4(submission):
+    """Ranks {0, 2} and {1, 3} each split a vocabulary of 6 (3 ids a rank) and get F.cross_entropy
+    of their own pair's logits: the loss communicates only within its group."""
+    gen = torch.Generator().manual_seed(1)
+    targets = torch.tensor([0, 5, 2, 3])
+    logits = {pair: torch.randn(4, 6, generator=gen, dtype=torch.float64) for pair in ((0, 2), (1, 3))}
+    args = []
+    for rank in range(4):
+        pair = (0, 2) if rank % 2 == 0 else (1, 3)
+        position = pair.index(rank)
+        args.append((logits[pair].chunk(2, dim=-1)[position].contiguous(), targets, 3 * position, Group(pair)))
+    got = submission.function("vocab_parallel_cross_entropy").spmd(4, args).outputs
+    for rank, losses in enumerate(got):
+        want = F.cross_entropy(logits[(0, 2) if rank % 2 == 0 else (1, 3)], targets, reduction="none")
+        torch.testing.assert_close(losses, want, rtol=1e-12, atol=1e-12, msg=f"rank {rank}: per-token losses")
 
 
 def test_comm_volume_of_tensor_parallelism_alone(submission):

@@ -121,6 +121,22 @@ def test_sqnr_db_matches_the_formula(submission):
     assert submission.function("sqnr_db")(x, x.clone()) == float("inf"), "sqnr_db(x, x) must be inf"
 
 
+@pytest.mark.points(1)
+def test_sqnr_db_is_inf_for_an_exact_zero_tensor_and_sums_in_float64(submission):
+    """x_hat equal to an all-zero x is still exact: inf, not 0/0. And the sums are float64's:
+    float16 values of 300 square to 9e4, past float16's largest number."""
+    zeros = torch.zeros(8)
+    got = submission.function("sqnr_db")(zeros, zeros.clone())
+    assert got == float("inf"), f"sqnr_db of an all-zero x reproduced exactly returned {got}, expected inf"
+    x = torch.full((64,), 300.0, dtype=torch.float16)
+    x_hat = x + 1
+    got = submission.function("sqnr_db")(x, x_hat)
+    expected = 10 * math.log10((300.0**2 * 64) / 64)
+    assert got == pytest.approx(expected, rel=1e-9), (
+        f"sqnr_db of float16 values of 300, off by 1: returned {got}, expected {expected:.6f} (sums in float64)"
+    )
+
+
 def distillation_reference(student, teacher, labels, temperature, alpha):
     """With torch.nn.functional.kl_div (log targets, batchmean) and cross_entropy."""
     classes = student.shape[-1]

@@ -77,8 +77,15 @@ def int4_weight(
 @pytest.mark.points(4)
 @pytest.mark.parametrize(
     ("m", "n", "k", "group_size", "dtype"),
-    [(5, 48, 64, 32, torch.float32), (1, 64, 128, 64, torch.float32), (17, 40, 96, 16, torch.float16)],
-    ids=["5x48x64-g32", "1x64x128-g64", "17x40x96-g16-fp16"],
+    [
+        (5, 48, 64, 32, torch.float32),
+        (1, 64, 128, 64, torch.float32),
+        (17, 40, 96, 16, torch.float16),
+        # K of several of the kernel's K blocks: a loop over K that runs once passes the others
+        (3, 32, 512, 128, torch.float32),
+        (2, 16, 1024, 64, torch.float32),
+    ],
+    ids=["5x48x64-g32", "1x64x128-g64", "17x40x96-g16-fp16", "3x32x512-g128", "2x16x1024-g64"],
 )
 def test_w4a16_kernel_matches_dequantized_matmul(submission, m, n, k, group_size, dtype):
     """Under the Triton interpreter on CPU: correctness at small, unaligned shapes."""
