@@ -70,7 +70,8 @@ def test_both_layers_see_the_same_processes_descriptors_and_cpu_time(tmp_path):
             for layer in (linux, portable):
                 assert file.fileno() in layer.open_descriptors(), layer.NAME
                 assert layer.descriptor_path(file.fileno()) == str(tmp_path / "file"), layer.NAME
-        assert linux.thread_count() == portable.thread_count()
+        before, portable_count, after = linux.thread_count(), portable.thread_count(), linux.thread_count()
+        assert min(before, after) <= portable_count <= max(before, after), (before, portable_count, after)
         assert abs(linux.process_cpu_s(os.getpid()) - portable.process_cpu_s(os.getpid())) < 0.5
         assert abs(linux.machine_busy_s() - portable.machine_busy_s()) < 5.0
         assert linux.bytes_written(os.getpid()) > 0 and portable.bytes_written(os.getpid()) is None
@@ -214,10 +215,20 @@ def test_a_child_a_worker_started_dies_with_the_world_when_no_marker_can_be_seen
         # in a session of its own, out of reach of its worker's process group; return_result=False:
         # a Popen object cannot be sent back
         library.run("subprocess:Popen", (["sleep", "60"],), {"start_new_session": True}, return_result=False)
-        workers = [p for p in psutil.Process().children(recursive=True) if p.cmdline()[:1] == ["sleep"]]
+        workers = [p for p in psutil.Process().children(recursive=True) if _command(p)[:1] == ["sleep"]]
         assert workers, "the worker's child did not start"
     finally:
         library.close()
     time.sleep(0.2)
-    alive = [p.pid for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    alive = [p.pid for p in workers if portable.is_running(p.pid)]  # neither gone nor a zombie
     assert not alive, f"children of a world's worker outlived it: {alive}"
+
+
+def _command(process) -> list[str]:
+    """A process's command line; [] for one that has ended (the test session's other children)."""
+    import psutil
+
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
