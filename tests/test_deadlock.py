@@ -203,6 +203,11 @@ def test_only_the_very_same_call_is_not_run_again_after_a_deadlock(probe):
     same_call = r"not run: the same call \(exchange at world size 2, the same arguments\) deadlocked"
     with pytest.raises(SubmissionError, match=same_call):
         probe.function("exchange").spmd(2, [(x, True)] * 2)
+    with pytest.raises(SubmissionError, match=same_call):  # equal values in new tensors: the same call
+        probe.function("exchange").spmd(2, [(torch.arange(3.0), True)] * 2)
+    with pytest.raises(SubmissionError) as measured:  # under the grader's probes: another run
+        probe.function("exchange").spmd(2, [(x, True)] * 2, measure=("p2p",))
+    assert measured.value.kind == "deadlock", f"the measured call must run (and deadlock), got {measured.value}"
     result = probe.function("exchange").spmd(2, [(x, False)] * 2)  # another call: a fresh world runs it
     assert torch.equal(result.outputs[0], x), result.outputs
 

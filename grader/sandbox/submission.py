@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import os
 import pickle
 import re
@@ -181,10 +182,25 @@ def last_call() -> str:
     return _LAST_CALL[0]
 
 
+class _ByContent(pickle.Pickler):
+    """Pickles a tensor as its dtype, shape and values. torch's own pickle names the storage by
+    its address, so two equal arguments would fingerprint differently, or, when an address is
+    reused, two different calls alike."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            content = obj.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+            return tuple, ((str(obj.dtype), tuple(obj.shape), obj.requires_grad, content),)
+        return NotImplemented
+
+
 def _digest(resolved: list[list[dict[str, Any]]]) -> str:
-    """A fingerprint of a call: every rank's steps with their arguments."""
-    calls = [[(s["target"], s["args"], s["kwargs"], s["save_as"]) for s in steps] for steps in resolved]
-    return hashlib.sha1(pickle.dumps(calls, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+    """A fingerprint of a call: every rank's steps with their arguments (by value) and what the
+    grader measures in them (a probe wraps the calls it counts, so a measured call is another run)."""
+    calls = [[(s["target"], s["args"], s["kwargs"], s["save_as"], s["measure"]) for s in steps] for steps in resolved]
+    buffer = io.BytesIO()
+    _ByContent(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(calls)
+    return hashlib.sha1(buffer.getvalue()).hexdigest()
 
 
 def describe_arguments(args: Sequence[Any], kwargs: dict[str, Any], limit: int = 160) -> str:
