@@ -158,37 +158,95 @@ def parameters(cfg) -> int:
     return cfg.num_layers * per_layer + cfg.vocab_size * cfg.d_model
 
 
-def memory_terms(cfg, tp, cp, pp, dp, global_batch, seq_len) -> dict[str, float]:
+def schedule(cfg, pp, dp, global_batch, microbatches=None, virtual_stages=1, recomputed_layers=None):
+    """(m, b, v, l, r): micro-batches, sequences in each, virtual stages, a stage's layers, the
+    recomputed ones, with plan_memory's defaults."""
+    layers = -(-cfg.num_layers // pp)
+    per_dp = global_batch // dp
+    m = per_dp if microbatches is None else microbatches
+    return m, per_dp // m, virtual_stages, layers, layers if recomputed_layers is None else recomputed_layers
+
+
+def memory_terms(cfg, tp, cp, pp, dp, global_batch, seq_len, microbatches=None, virtual_stages=1,
+                 recomputed_layers=None, sharded_optimizer=True) -> dict[str, float]:  # fmt: skip
+    m, b, v, layers, r = schedule(cfg, pp, dp, global_batch, microbatches, virtual_stages, recomputed_layers)
     psi = parameters(cfg) / (tp * pp)
-    layer_input = 2 * seq_len / cp * cfg.d_model / tp
+    unit = b * seq_len / cp * cfg.d_model / tp  # bytes per byte-per-element of one layer's tokens
+    if v == 1:
+        chunks_held, chunk_layers = min(pp, m), layers
+    else:
+        chunks_held, chunk_layers = min(m * v, (v + 1) * pp - 1), layers / v
+    layer_slots = chunks_held * chunk_layers
     return {
         "weights and gradients": 4 * psi,
-        "optimizer": 12 * psi / (dp * cp),
-        "kept layer inputs": math.ceil(cfg.num_layers / pp) * min(pp, global_batch // dp) * layer_input,
-        "recomputed layer": 34 * seq_len / cp * cfg.d_model / tp,
+        "optimizer": 12 * psi / (dp * cp) if sharded_optimizer else 12 * psi,
+        "layers in flight": layer_slots * unit * (2 * r + 34 * (layers - r)) / layers,
+        "recomputed layer": 34 * unit if r > 0 else 0.0,
     }
 
 
-def time_terms(cfg, cluster: dict, tp, cp, pp, dp, global_batch, seq_len) -> dict[str, float]:
+def efficiency(cfg, cluster: dict, rows: float, tp: int) -> float:
+    """plan.py's matmul_efficiency (given code), restated."""
+    head_dim = cfg.head_dim or cfg.d_model // cfg.num_heads
+    matrices = 2 * cfg.d_model * head_dim * (cfg.num_heads + cfg.num_kv_heads)
+    matrices += (3 if cfg.gated_mlp else 2) * cfg.d_model * cfg.d_ff
+    flops = 2 * matrices / tp
+    memory_bandwidth = cluster.get("memory_bandwidth", math.inf)
+    traffic = 136 * cfg.d_model / tp + flops / rows
+    seconds = flops / (cluster["peak_flops"] * cluster["mfu"]) + traffic / memory_bandwidth
+    return flops / cluster["peak_flops"] / seconds
+
+
+def time_terms(cfg, cluster: dict, tp, cp, pp, dp, global_batch, seq_len, microbatches=None, virtual_stages=1,
+               recomputed_layers=None, sharded_optimizer=True) -> dict[str, float]:  # fmt: skip
+    m, b, v, layers, r = schedule(cfg, pp, dp, global_batch, microbatches, virtual_stages, recomputed_layers)
     p = parameters(cfg)
     head_dim = cfg.head_dim or cfg.d_model // cfg.num_heads
-    m, layers, s = global_batch // dp, math.ceil(cfg.num_layers / pp), seq_len / cp
-    compute = 8 * p * global_batch * seq_len / (cluster["gpus"] * cluster["peak_flops"] * cluster["mfu"])
+    s = seq_len / cp
+    flops_per_token = 6 * p + 2 * p * r / layers + 4 * 2 * seq_len * cfg.num_heads * head_dim * cfg.num_layers
+    rate = cluster["gpus"] * cluster["peak_flops"] * efficiency(cfg, cluster, b * s, tp)
+    compute = flops_per_token * global_batch * seq_len / rate
 
     def at(span: int) -> float:
         inside = cluster["gpus_per_node"] % span == 0
         return cluster["nvlink_bandwidth"] if inside else cluster["network_bandwidth"]
 
+    collectives = m * (4 * layers + 2 * r)
     directions = 0 if pp == 1 else 1 if pp == 2 else 2
     q = dp * cp
+    one_pass = (q - 1) / q * p / (tp * pp) * 2 / at(tp * cp * dp)  # reduce-scatter, or all-gather
+    backward_of_one, forward_of_one = compute / m * 2 / 3, compute / m / 3
+    if sharded_optimizer:
+        dp_exposed = max(0.0, one_pass - backward_of_one) + max(0.0, one_pass - forward_of_one)
+    else:
+        dp_exposed = max(0.0, 2 * one_pass - backward_of_one)
     return {
         "compute": compute,
-        "bubble": compute * (pp - 1) / m,
-        "tp": m * layers * 6 * 2 * (tp - 1) / tp * s * cfg.d_model * 2 / at(tp),
-        "cp": m * layers * 6 * (cp - 1) * s * cfg.num_kv_heads / tp * head_dim * 2 / at(tp * cp),
-        "pp": m * s * cfg.d_model / tp * 2 * directions / at(tp * cp * dp * pp),
-        "dp": 2 * (q - 1) / q * p / (tp * pp) * 2 / at(tp * cp * dp),
+        "bubble": compute * (pp - 1) / (v * m),
+        "tp": collectives * 2 * (tp - 1) / tp * b * s * cfg.d_model * 2 / at(tp),
+        "cp": collectives * (cp - 1) * b * s * cfg.num_kv_heads / tp * head_dim * 2 / at(tp * cp),
+        "pp": v * m * b * s * cfg.d_model / tp * 2 * directions / at(tp * cp * dp * pp),
+        "dp (exposed)": dp_exposed,
     }
+
+
+def schedules(cfg, cluster: dict, grid, global_batch, seq_len, full_recompute=False, sharded_optimizer=True):
+    """plan's candidates for one grid, in its order: every m, then every v, with the fewest r that
+    fits; each as (seconds, m, v, r, memory)."""
+    pp, dp = grid[2], grid[3]
+    layers = -(-cfg.num_layers // pp)
+    found = []
+    for m in (k for k in range(1, global_batch // dp + 1) if (global_batch // dp) % k == 0):
+        for v in (k for k in range(1, layers + 1) if layers % k == 0 and (pp > 1 or k == 1)):
+            for r in ([layers] if full_recompute else range(layers + 1)):
+                options = dict(microbatches=m, virtual_stages=v, recomputed_layers=r)
+                options["sharded_optimizer"] = sharded_optimizer
+                memory = sum(memory_terms(cfg, *grid, global_batch, seq_len, **options).values())
+                if memory <= cluster["memory_bytes"]:
+                    seconds = sum(time_terms(cfg, cluster, *grid, global_batch, seq_len, **options).values())
+                    found.append((seconds, m, v, r, memory))
+                    break
+    return found
 
 
 def runnable(cfg, cluster: dict, global_batch: int, seq_len: int) -> list[tuple[int, int, int, int]]:

@@ -6,6 +6,7 @@ brute-force search over every grid; Llama 3 405B's published grid (TP 8, CP 1, P
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -20,6 +21,7 @@ from grader.suites.parallel_4d.reference import (
     expected_groups,
     memory_terms,
     runnable,
+    schedules,
     time_terms,
     traffic,
 )
@@ -190,15 +192,57 @@ PLAN_CASES = {  # id -> (cfg, cluster, global_batch, seq_len)
 }
 
 
-def brute_force(cfg, cluster: dict, batch: int, seq: int) -> list[tuple[float, tuple[int, int, int, int], float]]:
-    """(step_seconds, grid, plan_memory) of every grid plan's docstring lets run, fastest first,
-    ties in increasing (tp, cp, pp, dp)."""
+def brute_force(cfg, cluster: dict, batch: int, seq: int, **options) -> list[tuple]:
+    """(step_seconds, grid, plan_memory, m, v, r, every schedule that fits) of every grid plan's
+    docstring lets run, each with its fastest schedule (the first of the fastest in plan's order),
+    fastest first, ties in increasing (tp, cp, pp, dp). Every schedule that fits: (m, v, the
+    fewest r) -> (seconds, memory)."""
     want = []
     for grid in runnable(cfg, cluster, batch, seq):
-        memory = sum(memory_terms(cfg, *grid, batch, seq).values())
-        if memory <= cluster["memory_bytes"]:
-            want.append((sum(time_terms(cfg, cluster, *grid, batch, seq).values()), grid, memory))
+        found = schedules(cfg, cluster, grid, batch, seq, **options)
+        if found:
+            seconds, m, v, r, memory = min(found, key=lambda f: f[0])
+            want.append((seconds, grid, memory, m, v, r, {f[1:4]: (f[0], f[4]) for f in found}))
     return sorted(want, key=lambda w: (w[0], *w[1]))
+
+
+def check_plans(got: list[dict], want: list[tuple], where: str) -> None:
+    """plan's list against brute_force's: the same grids, schedules, memory and seconds, in order."""
+    got_grids, want_grids = [(p["tp"], p["cp"], p["pp"], p["dp"]) for p in got], [w[1] for w in want]
+    missing, extra = sorted(set(want_grids) - set(got_grids)), sorted(set(got_grids) - set(want_grids))
+    wrong = ([f"{missing} can run and are missing"] if missing else []) + (
+        [f"{extra} are listed but may not run"] if extra else []
+    )
+    assert not wrong, (
+        f"{where}: the grids (tp, cp, pp, dp) {'; '.join(wrong)} (a grid runs when tp divides gpus_per_node, "
+        "num_heads and num_kv_heads; cp divides seq_len; pp <= num_layers; dp divides global_batch; and some "
+        "schedule fits: plan_memory <= memory_bytes)"
+    )
+    by_grid = {w[1]: w for w in want}
+    for plan, grid in zip(got, got_grids):
+        fastest, _, _, m, v, r, fitting = by_grid[grid]
+        schedule = (plan["microbatches"], plan["virtual_stages"], plan["recomputed_layers"])
+        # a schedule as fast to 1e-9 is as good: v * m alike may tie in one order of arithmetic only
+        seconds, memory = fitting.get(schedule, (math.inf, math.nan))
+        assert seconds <= fastest * (1 + 1e-9) and all(type(x) is int for x in schedule), (
+            f"{where}: plan {grid}: expected the schedule (microbatches, virtual_stages, recomputed_layers) = "
+            f"{(m, v, r)} ({fastest!r} s; ints; the fastest of every m and v, each with the fewest recomputed layers "
+            f"that fit, ties to the smaller m, then v), got {schedule!r}"
+            + (f" ({seconds!r} s)" if seconds < math.inf else " (not one that fits with the fewest layers recomputed)")
+        )
+        assert close(plan["memory_bytes"], memory) and close(plan["step_seconds"], seconds), (
+            f"{where}: plan {grid} with (m, v, r) = {(m, v, r)}: expected memory {memory:.6g} bytes and "
+            f"{seconds:.6g} s (plan_memory and step_seconds of their docstrings), got {plan['memory_bytes']!r} and "
+            f"{plan['step_seconds']!r}"
+        )
+    # Fastest first. Grids whose times agree to 1e-9 may come in either order here: the same sum
+    # in another order of arithmetic may differ in its last bit (exact ties have their own test).
+    for i, (a, b) in enumerate(itertools.pairwise(got_grids)):
+        if by_grid[a][0] > by_grid[b][0] * (1 + 1e-9):
+            raise AssertionError(
+                f"{where}: grid {i} of the list is {a} ({by_grid[a][0]!r} s) but grid {i + 1} is {b}, faster "
+                f"({by_grid[b][0]!r} s): fastest first"
+            )
 
 
 @pytest.mark.points(8)
@@ -210,38 +254,12 @@ def test_plan_lists_every_grid_that_fits_fastest_first_as_a_brute_force_search_d
     cfg, cluster, batch, seq = PLAN_CASES[case]
     got = submission.script([Step("plan_step", (cfg, cluster, batch, seq))]).steps[0][0]
     want = brute_force(cfg, cluster, batch, seq)
-    got_grids, want_grids = [(p["tp"], p["cp"], p["pp"], p["dp"]) for p in got], [w[1] for w in want]
     where = (
         f"plan on {cluster['gpus']} GPUs ({cluster['gpus_per_node']} per node, {cluster['memory_bytes']:.6g} bytes "
         f"each), batch {batch}, seq_len {seq}"
     )
-    missing, extra = sorted(set(want_grids) - set(got_grids)), sorted(set(got_grids) - set(want_grids))
-    wrong = ([f"{missing} can run and are missing"] if missing else []) + (
-        [f"{extra} are listed but may not run"] if extra else []
-    )
-    assert not wrong, (
-        f"{where}: the grids (tp, cp, pp, dp) {'; '.join(wrong)} (a grid runs when tp divides gpus_per_node, "
-        "num_heads and num_kv_heads; cp divides seq_len; pp <= num_layers; dp divides global_batch; and "
-        "plan_memory <= memory_bytes)"
-    )
-    by_grid = {grid: (seconds, memory) for seconds, grid, memory in want}
-    for plan, grid in zip(got, got_grids):
-        seconds, memory = by_grid[grid]
-        assert plan["microbatches"] == batch // grid[3] and type(plan["microbatches"]) is int, (
-            f"{where}: plan {grid}: expected microbatches = global_batch / dp = {batch // grid[3]} (an int, as "
-            "Plan declares it), "
-            f"got {plan['microbatches']!r}"
-        )
-        assert close(plan["memory_bytes"], memory) and close(plan["step_seconds"], seconds), (
-            f"{where}: plan {grid}: expected memory {memory:.6g} bytes and {seconds:.6g} s (plan_memory and "
-            f"step_seconds of their docstrings), got {plan['memory_bytes']!r} and {plan['step_seconds']!r}"
-        )
-    if got_grids != want_grids:
-        i = next(i for i, (a, b) in enumerate(zip(got_grids, want_grids)) if a != b)
-        raise AssertionError(
-            f"{where}: grid {i} of the list should be {want_grids[i]} ({by_grid[want_grids[i]][0]!r} s), got "
-            f"{got_grids[i]} ({by_grid[got_grids[i]][0]!r} s): fastest first, ties in increasing (tp, cp, pp, dp)"
-        )
+    check_plans(got, want, where)
+    want_grids = [w[1] for w in want]
     if case == "16-gpus-400-mb":
         assert len(want) < len(runnable(cfg, cluster, batch, seq)), "the case must leave some grids out for memory"
     if case == "16-gpus-at-the-exact-limit":
@@ -262,11 +280,12 @@ def test_plan_lists_grids_of_exactly_equal_step_time_in_increasing_tp_cp_pp_dp(s
     batch, seq = 32, 2048
     want = brute_force(SMALL, FREE_LINKS, batch, seq)
     ties: dict[float, list] = {}
-    for seconds, grid, memory in want:
+    for seconds, grid, memory, *_ in want:
         ties.setdefault(seconds, []).append((grid, memory))
+    got = submission.script([Step("plan_step", (SMALL, FREE_LINKS, batch, seq))]).steps[0][0]
+    pp_1 = [(p["tp"], p["cp"], p["dp"], p["microbatches"]) for p in got if p["pp"] == 1]
     largest = max(ties.values(), key=len)
     assert len(largest) >= 3 and sorted(largest, key=lambda t: t[1]) != largest, "suite error: the case has no tie"
-    got = submission.script([Step("plan_step", (SMALL, FREE_LINKS, batch, seq))]).steps[0][0]
     got_grids = [(p["tp"], p["cp"], p["pp"], p["dp"]) for p in got]
     assert sorted(got_grids) == sorted(w[1] for w in want), (
         f"plan on one node of 8 with free links: expected the grids {sorted(w[1] for w in want)} (in some "
@@ -282,6 +301,11 @@ def test_plan_lists_grids_of_exactly_equal_step_time_in_increasing_tp_cp_pp_dp(s
             f"{ {grid: f'{memory:.4g}' for grid, memory in tied} })"
         )
     assert got_grids == [w[1] for w in want], f"plan: expected the order {[w[1] for w in want]}, got {got_grids}"
+    # with pp = 1 and free links no term depends on m: every micro-batch count ties, exactly
+    assert pp_1 and all(m == 1 for *_, m in pp_1), (
+        "plan on one node of 8 with free links: with pp = 1 every micro-batch count takes the same time; ties go "
+        f"to the smaller m: expected microbatches = 1 for each (tp, cp, dp), got (tp, cp, dp, microbatches) {pp_1}"
+    )
 
 
 @pytest.mark.points(2)
@@ -303,3 +327,115 @@ def test_llama3_405b_on_16384_h100s_fits_with_the_papers_grid(submission):
     assert any((p["tp"], p["cp"], p["pp"], p["dp"]) == (8, 1, 16, 128) for p in plans), (
         "the paper's grid must be listed"
     )
+
+
+# Schedules (m, v, r) and the optimizer's sharding, on grids where each term is seen on its own.
+# SMALL has 8 layers: pp 2 holds 4 a stage (v in 1, 2, 4), pp 3 holds 3 (v in 1, 3), pp 4 holds 2.
+SCHEDULE_MEMORY_CASES = [  # (tp, cp, pp, dp, B, s), (m, v, r, sharded_optimizer)
+    ((1, 1, 2, 2, 16, 2048), (8, 1, None, True)),  # the defaults written out: m = 16 // 2
+    ((1, 1, 2, 2, 16, 2048), (2, 1, 4, True)),  # 4 sequences a micro-batch
+    ((1, 1, 2, 2, 16, 2048), (8, 2, 4, True)),  # interleaved: min(8 * 2, 3 * 2 - 1) = 5 chunks of 2 layers
+    ((1, 1, 2, 2, 16, 2048), (2, 4, 4, True)),  # interleaved with few micro-batches: min(2 * 4, 9) = 8 chunks
+    ((2, 2, 3, 1, 12, 2048), (4, 3, 0, True)),  # nothing recomputed: 34 bytes each, no recomputing layer
+    ((2, 2, 3, 1, 12, 2048), (6, 1, 2, True)),  # 2 of 3 layers recomputed
+    ((1, 2, 4, 2, 8, 2048), (4, 2, 1, True)),  # pp 4, 2 layers, 1 recomputed, v 2
+    ((1, 2, 4, 2, 8, 2048), (1, 1, 2, False)),  # the Adam state held whole
+    ((1, 1, 1, 3, 8, 2048), (2, 1, 3, False)),  # dp 3 does not divide 8: 8 // 3 = 2 sequences
+]
+
+
+@pytest.mark.points(6)
+def test_plan_memory_of_a_schedule_counts_its_micro_batches_chunks_recomputed_layers_and_optimizer(submission):
+    steps = [Step("plan_memory", (SMALL, *grid, *schedule)) for grid, schedule in SCHEDULE_MEMORY_CASES]
+    for (grid, schedule), got in zip(SCHEDULE_MEMORY_CASES, submission.script(steps).steps[0]):
+        terms = memory_terms(SMALL, *grid, *schedule)
+        want = sum(terms.values())
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in terms.items())
+        assert close(got, want), (
+            f"plan_memory(tp, cp, pp, dp, B, s = {grid}, microbatches, virtual_stages, recomputed_layers, "
+            f"sharded_optimizer = {schedule}): expected {want:.6g} ({shown}), got {got!r}"
+        )
+
+
+# A cluster whose HBM limits small matmuls (matmul_efficiency below mfu), and whose network is slow
+# enough that the data-parallel collectives show past what overlap hides.
+HBM_CLUSTER = {**SMALL_CLUSTER, "memory_bandwidth": 2e11}
+SCHEDULE_TIME_CASES = [  # grid (tp, cp, pp, dp), B, s, schedule keywords
+    ((1, 1, 4, 4), 32, 2048, dict(microbatches=8, virtual_stages=2)),  # the bubble over v * m, pp bytes * v
+    ((1, 1, 4, 4), 32, 2048, dict(microbatches=2, virtual_stages=1, recomputed_layers=1)),  # 4 sequences each
+    ((2, 2, 2, 2), 32, 2048, dict(microbatches=4, virtual_stages=4, recomputed_layers=0)),  # 4 l collectives
+    ((4, 1, 2, 2), 32, 2048, dict(microbatches=16, recomputed_layers=3)),  # 4 l + 2 r = 22 a micro-batch
+    ((1, 1, 1, 16), 32, 2048, dict(microbatches=1)),  # dp hidden: one micro-batch of 2 sequences
+    ((1, 1, 1, 16), 32, 2048, dict(microbatches=2, sharded_optimizer=False)),  # one all-reduce, partly hidden
+    ((1, 4, 1, 4), 32, 2048, dict(microbatches=8, recomputed_layers=5)),  # cp, 5 of 8 recomputed
+    ((1, 1, 3, 2), 24, 3072, dict(microbatches=4, virtual_stages=3)),  # pp 3: 3 layers a stage, v 3
+]
+
+
+@pytest.mark.points(6)
+@pytest.mark.parametrize("cluster", ["flat efficiency", "HBM-bound small matmuls"])
+def test_step_seconds_of_a_schedule_counts_interleaving_recomputation_overlap_and_efficiency(submission, cluster):
+    """Each schedule keyword moves its own terms: v divides the bubble and multiplies the pp bytes;
+    r adds 2 P / l FLOPs per layer recomputed and 2 collectives; m and b set the micro-batch the
+    overlap hides the data-parallel collectives behind; with memory_bandwidth, matmul_efficiency
+    (given) of b * s rows sets the compute rate, not mfu alone."""
+    where = SMALL_CLUSTER if cluster == "flat efficiency" else HBM_CLUSTER
+    steps = [Step("seconds_step", (SMALL, where, [grid], b, s), options) for grid, b, s, options in SCHEDULE_TIME_CASES]
+    exposed_somewhere = False
+    for (grid, b, s, options), [got] in zip(SCHEDULE_TIME_CASES, submission.script(steps).steps[0]):
+        terms = time_terms(SMALL, where, *grid, b, s, **options)
+        exposed_somewhere |= terms["dp (exposed)"] > 0
+        want = sum(terms.values())
+        shown = ", ".join(f"{k} {v:.4g} s" for k, v in terms.items())
+        assert close(got, want), (
+            f"step_seconds(tp, cp, pp, dp = {grid}, global_batch = {b}, seq_len = {s}, {options}) on "
+            f"{where['gpus']} GPUs, memory_bandwidth {where.get('memory_bandwidth', math.inf):g}: expected "
+            f"{want:.6g} s ({shown}), got {got!r}"
+        )
+    assert exposed_somewhere, "suite error: no case leaves data-parallel time exposed"
+
+
+@pytest.mark.points(4)
+@pytest.mark.parametrize(
+    "call",
+    [
+        ("plan_memory", (1, 1, 2, 2, 16, 2048, 3)),  # 3 micro-batches of 8 sequences
+        ("plan_memory", (1, 1, 2, 2, 16, 2048, 0)),
+        ("plan_memory", (1, 1, 2, 2, 16, 2048, 8, 3)),  # v 3 does not divide 4 layers
+        ("plan_memory", (1, 1, 1, 2, 16, 2048, 8, 2)),  # v 2 with pp 1
+        ("plan_memory", (1, 1, 2, 2, 16, 2048, 8, 1, 5)),  # r 5 of 4 layers
+        ("plan_memory", (1, 1, 2, 2, 16, 2048, 8, 1, -1)),
+        ("step_seconds", (1, 1, 3, 2, 12, 2048, 4)),  # 4 does not divide 6
+        ("step_seconds", (1, 1, 3, 2, 12, 2048, 6, 2)),  # v 2 does not divide 3 layers
+        ("step_seconds", (1, 1, 3, 2, 12, 2048, 6, 1, 4)),  # r 4 of 3 layers
+    ],
+    ids=lambda call: f"{call[0]}{call[1]}",
+)
+def test_a_schedule_that_does_not_split_the_batch_or_the_stage_is_refused(submission, call):
+    name, args = call
+    if name == "plan_memory":
+        expect_exception("ValueError", lambda: submission.script([Step(name, (SMALL, *args))]))
+    else:
+        grid, b, s, schedule = args[:4], args[4], args[5], args[6:]
+        options = dict(zip(("microbatches", "virtual_stages", "recomputed_layers"), schedule))
+        step = Step("seconds_step", (SMALL, SMALL_CLUSTER, [grid], b, s), options)
+        expect_exception("ValueError", lambda: submission.script([step]))
+
+
+# 16 GPUs of 300 MB: the fastest schedules differ from grid to grid (several micro-batch counts,
+# interleaving where pp > 1, some layers recomputed where the rest would not fit).
+TIGHT = {**HBM_CLUSTER, "memory_bytes": 3e8}
+
+
+@pytest.mark.points(6)
+@pytest.mark.parametrize(
+    "options", [{}, {"full_recompute": True}, {"sharded_optimizer": False}], ids=["any", "full", "replicated"]
+)
+def test_plan_keeps_each_grids_fastest_schedule_with_the_fewest_recomputed_layers_that_fit(submission, options):
+    want = brute_force(SMALL, TIGHT, 32, 2048, **options)
+    schedules_used = {w[3:6] for w in want}
+    assert options or (len({s[0] for s in schedules_used}) > 1 and len({s[1] for s in schedules_used}) > 1), (
+        f"suite error: the case must need several m and v, got {schedules_used}"
+    )
+    got = submission.script([Step("plan_step", (SMALL, TIGHT, 32, 2048), options)]).steps[0][0]
+    check_plans(got, want, f"plan on 16 GPUs of 300 MB, 4 per node, batch 32, seq_len 2048, {options or 'no options'}")

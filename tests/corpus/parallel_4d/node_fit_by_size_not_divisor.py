@@ -5,28 +5,35 @@
 # select: test_step_seconds_counts or test_plan_lists_every_grid
 # fails: test_step_seconds_counts|test_plan_lists_every_grid_that_fits_fastest_first_as_a_brute_force.*\[12-gpus
 # kind:
-# message: plan on 12 GPUs \(6 per node.*: plan \(.*\): expected memory .* bytes and .* s \(plan_memory
+# message: plan on 12 GPUs \(6 per node.*: plan \(.*\) with \(m, v, r\) = .*: expected memory .* \(plan_memory
 
 
-def step_seconds(cfg, cluster, tp, cp, pp, dp, global_batch, seq_len):
+def step_seconds(
+    cfg, cluster, tp, cp, pp, dp, global_batch, seq_len, microbatches=None, virtual_stages=1, recomputed_layers=None,
+    sharded_optimizer=True,
+):
+    m, v, r = _schedule(cfg, pp, dp, global_batch, microbatches, virtual_stages, recomputed_layers)
     params, head_dim = _parameter_count(cfg), cfg.head_dim or cfg.d_model // cfg.num_heads
-    m, layers, s = global_batch // dp, math.ceil(cfg.num_layers / pp), seq_len / cp
-    compute = 8 * params * global_batch * seq_len / (cluster.gpus * cluster.peak_flops * cluster.mfu)
-    bubble = compute * (pp - 1) / m
+    layers, b, s = math.ceil(cfg.num_layers / pp), (global_batch // dp) // m, seq_len / cp
+    per_token = (6 + 2 * r / layers) * params + 8 * seq_len * cfg.num_heads * head_dim * cfg.num_layers
+    efficiency = matmul_efficiency(cfg, cluster, b * s, tp)
+    compute = per_token * global_batch * seq_len / (cluster.gpus * cluster.peak_flops * efficiency)
+    bubble = compute * (pp - 1) / (v * m)
 
-    def seconds(bytes_sent, span):
+    def seconds(bytes_sent: float, span: int) -> float:
         inside = span <= cluster.gpus_per_node  # "fits in a node"
         return bytes_sent / (cluster.nvlink_bandwidth if inside else cluster.network_bandwidth)
 
-    q = dp * cp
-    tp_bytes = m * layers * 6 * 2 * (tp - 1) / tp * s * cfg.d_model * 2
-    cp_bytes = m * layers * 6 * (cp - 1) * s * (cfg.num_kv_heads / tp) * head_dim * 2
-    pp_bytes = m * s * cfg.d_model / tp * 2 * min(pp - 1, 2)
-    dp_bytes = 2 * (q - 1) / q * params / (tp * pp) * 2
-    communication = (
-        seconds(tp_bytes, tp)
-        + seconds(cp_bytes, tp * cp)
-        + seconds(dp_bytes, tp * cp * dp)
-        + seconds(pp_bytes, tp * cp * dp * pp)
-    )
+    passes = m * (4 * layers + 2 * r)  # collectives of a layer: 2 forward, 2 backward, 2 recomputed
+    tp_bytes = passes * 2 * (tp - 1) / tp * b * s * cfg.d_model * 2
+    cp_bytes = passes * (cp - 1) * b * s * (cfg.num_kv_heads / tp) * head_dim * 2
+    pp_bytes = v * m * b * s * cfg.d_model / tp * 2 * min(pp - 1, 2)
+    q, span = dp * cp, tp * cp * dp
+    half = seconds((q - 1) / q * params / (tp * pp) * 2, span)  # a reduce-scatter or an all-gather
+    backward, forward = 2 / 3 * compute / m, 1 / 3 * compute / m
+    if sharded_optimizer:
+        exposed = max(0.0, half - backward) + max(0.0, half - forward)
+    else:
+        exposed = max(0.0, 2 * half - backward)
+    communication = seconds(tp_bytes, tp) + seconds(cp_bytes, tp * cp) + seconds(pp_bytes, span * pp) + exposed
     return compute + bubble + communication

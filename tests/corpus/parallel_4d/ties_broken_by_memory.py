@@ -11,7 +11,7 @@
 _reference_plan = plan
 
 
-def plan(cfg, cluster, global_batch, seq_len):
+def plan(cfg, cluster, global_batch, seq_len, **options):
     # among grids that are equally fast, the one that needs the least memory first
-    plans = _reference_plan(cfg, cluster, global_batch, seq_len)
+    plans = _reference_plan(cfg, cluster, global_batch, seq_len, **options)
     return sorted(plans, key=lambda p: (p.step_seconds, p.memory_bytes))
