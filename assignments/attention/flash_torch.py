@@ -46,6 +46,9 @@ def flash_attention_torch(
     q: (B, H, Nq, d); k, v: (B, Hkv, Nk, d). out: (B, H, Nq, d) in q's dtype. lse: (B, H, Nq),
     the natural log-sum-exp of each row of scaled (masked) scores, computed in float32 (float64
     for float64 inputs). Any Nq, Nk (not only multiples of the blocks). Differentiable through
-    FlashAttentionTorch. May not call torch's scaled_dot_product_attention.
+    FlashAttentionTorch (out only: lse is not differentiable). With causal=True, every
+    block_q x block_k tile entirely above the diagonal is skipped, forward and backward (never
+    computed, not computed then masked): the grader counts the matmul FLOPs. May not call torch's
+    scaled_dot_product_attention.
     """
     return FlashAttentionTorch.apply(q, k, v, causal, block_q, block_k)

@@ -256,6 +256,8 @@ def flash_attention_triton(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) like flash_torch.flash_attention_torch, computed by Triton kernels, forward
-    and backward (differentiable through FlashAttentionTriton). lse is float32. May not call
-    torch's scaled_dot_product_attention."""
+    and backward (differentiable through FlashAttentionTriton). lse is float32. k and v may be
+    views into a larger buffer (the filled part of a preallocated KV cache): the results depend
+    only on their Nk rows, whatever the memory past them holds, even NaN. May not call torch's
+    scaled_dot_product_attention."""
     return FlashAttentionTriton.apply(q, k, v, causal)

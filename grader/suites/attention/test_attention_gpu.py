@@ -1,6 +1,7 @@
 """Hidden suite, GPU only (`--device cuda`; skipped on a machine without one): the Triton
-FlashAttention in bf16/fp16 against torch.nn.functional.scaled_dot_product_attention, then its
-time against SDPA's, measured in the same job. `make gpu-check` runs it.
+FlashAttention in bf16/fp16 (and float32, whose products must be exact, not TF32) against
+torch.nn.functional.scaled_dot_product_attention, then its time against SDPA's, measured in the
+same job. `make gpu-check` runs it.
 
 How time is measured. Code in the student's process cannot be trusted to time itself, so CUDA
 events are not recorded there. Instead the grader times (grader/sandbox/pool.py: from GO to the
@@ -27,6 +28,10 @@ GPU_CASES = [
     Case(1, 8, 8, 513, 513, 128, False, torch.float16),
     Case(2, 4, 1, 7, 1031, 64, True, torch.bfloat16),  # MQA decode
     Case(1, 4, 4, 300, 300, 16, True, torch.float16),
+    # float32 needs exact products (input_precision="ieee"): TF32 tensor cores round the inputs to a
+    # 10-bit mantissa, errors of ~1e-3 that float32's tolerance refuses. The interpreter computes
+    # tl.dot exactly either way, so only a GPU sees this.
+    Case(1, 4, 2, 100, 130, 64, True, torch.float32),
 ]
 
 

@@ -16,6 +16,9 @@ CASES = [
     Case(2, 4, 1, 3, 41, 64, True, torch.float32),  # MQA decode: 3 new queries over 41 keys
     Case(1, 2, 2, 20, 20, 128, True, torch.float32),
     Case(1, 6, 2, 1, 30, 16, True, torch.float64),  # one decode step sees every key
+    # Half precision (the output in q's dtype, not float32), lengths not multiples of 16:
+    Case(1, 4, 2, 45, 70, 32, True, torch.bfloat16),
+    Case(2, 2, 1, 33, 33, 16, False, torch.float16),
 ]
 
 

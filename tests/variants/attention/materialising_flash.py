@@ -16,7 +16,7 @@ class FlashAttentionTorch(torch.autograd.Function):
         p = scores.softmax(dim=-1)
         ctx.save_for_backward(q, k_full, v_full, p)
         ctx.group = group
-        lse = scores.logsumexp(dim=-1)
+        lse = scores.to(torch.float64 if q.dtype == torch.float64 else torch.float32).logsumexp(dim=-1)
         ctx.mark_non_differentiable(lse)
         return p @ v_full, lse
 
