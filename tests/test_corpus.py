@@ -13,7 +13,8 @@ so that its definitions override the reference's; its header says what grading i
     # base: stubs                 optional: append to assignments/<module> instead of solutions/
     # time-limit: 2               optional: seconds per call (default TIME_LIMIT_S)
     # needs: landlock             optional: only where the kernel offers Landlock (skipped elsewhere);
-                                  "landlock-signals": Landlock that also scopes signals (ABI 6+)
+                                  "landlock-signals": Landlock that also scopes signals (ABI 6+);
+                                  "promtool": only where Prometheus' promtool is on the PATH
     # append: LINE                optional: a last line appended verbatim (for a file that must not parse)
 
 Every case is graded once. The cases of a module are graded one after another in one grading
@@ -58,7 +59,7 @@ CORPUS = ROOT / "tests" / "corpus"
 MODULES = (
     "collectives", "zero", "attention", "moe", "kv_cache", "quantization",
     "tensor_parallel", "pipeline_parallel", "scaling", "serving", "context_parallel", "parallel_4d", "cluster",
-    "reliability",
+    "reliability", "orchestration",
 )  # fmt: skip
 TIME_LIMIT_S = 2.0
 CALIBRATION_FACTOR = 3.0  # no call's limit below 3x the slowest test of the reference, same process
@@ -264,6 +265,8 @@ def _report(graded: dict[str, Graded], case: Case) -> GradeReport:
         pytest.skip("the kernel offers no Landlock: the worker cannot be denied the hidden suites")
     if case.needs == "landlock-signals" and not signals_scoped():
         pytest.skip("the kernel's Landlock cannot scope signals: a worker can signal the grader")
+    if case.needs == "promtool" and shutil.which("promtool") is None:
+        pytest.skip("no promtool on the PATH (Debian's prometheus package): the alerting-rule tests skip")
     result = graded[case.id]
     assert result.returncode is not None, f"its grading process did not finish within {PROCESS_TIMEOUT_S:g} s"
     assert result.returncode == 0, f"its grading process exited {result.returncode}:\n{result.stderr}"

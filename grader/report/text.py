@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from rich.console import Console
 from rich.markup import escape
@@ -100,6 +100,12 @@ def _measurements(console: Console, report: GradeReport) -> None:
         console.print(f"  {module}: {test.name}: {figures}", highlight=False, markup=False)
 
 
+def _skip_reason(message: str) -> str:
+    """The first line of a skipped test's reason (pytest's "Skipped: " prefix dropped)."""
+    line = message.strip().splitlines()[0] if message.strip() else "no reason given"
+    return line.removeprefix("Skipped: ")
+
+
 def text_report(report: GradeReport, *, color: bool = False) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=color, width=110, color_system="standard" if color else None)
@@ -108,11 +114,14 @@ def text_report(report: GradeReport, *, color: bool = False) -> str:
     if any(t.kind in ("timeout", "deadlock") for t in report.tests):
         console.print(HANG_HINT, highlight=False, markup=False)
     _measurements(console, report)
-    skipped = sum(t.status == SKIPPED for t in report.tests)
+    skipped = [t for t in report.tests if t.status == SKIPPED]
     console.print()
     console.print(_scoreboard(report))
     if skipped:
-        console.print(f"{skipped} test(s) skipped (e.g. GPU-only checks on a CPU machine)")
+        console.print(f"{len(skipped)} test(s) skipped, not graded here:", highlight=False, markup=False)
+        reasons = Counter(_skip_reason(t.message) for t in skipped)
+        for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
+            console.print(f"  {count} x {reason}", highlight=False, markup=False)
     for note in report.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
     console.print(f"graded in {report.duration_s:.1f} s")
