@@ -81,4 +81,5 @@ def test_the_suites_day_figures_are_the_reference_solutions_own():
         jobs = job_trace(seed, nodes)
         events = solution.schedule(jobs, default_queues(cluster), cluster)
         got = (round(mean_wait(events, jobs), 1), round(utilization(events, jobs, cluster, end=24 * 60), 3))
-        assert got == (wait, used), f"job_trace({seed}, {nodes}): the reference gives {got}, the suite holds {(wait, used)}"
+        held = (wait, used)
+        assert got == held, f"job_trace({seed}, {nodes}): the reference gives {got}, the suite holds {held}"
