@@ -217,17 +217,11 @@ def pod_manifest(name: str, namespace: str, node: str, gpus: int, job: str | Non
     labels = {"app.kubernetes.io/part-of": "training"}
     if job is not None:
         labels |= {JOB_NAME_LABEL: job, "job-name": job}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
-                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
-        },
-        "status": {"phase": "Running"},
-    }  # fmt: skip
+    container = {"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}  # fmt: skip
+    metadata = {"name": name, "namespace": namespace, "labels": labels}
+    spec = {"nodeName": node, "containers": [container]}
+    return dict(apiVersion="v1", kind="Pod", metadata=metadata, spec=spec, status={"phase": "Running"})
 
 
 def _suffix(rng: random.Random) -> str:

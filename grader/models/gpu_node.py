@@ -20,8 +20,8 @@ The node is a dict:
 - `mig`: None when MIG mode is off; else one dict per MIG device, with its `index` on the GPU,
   its `uuid` ("MIG-..."), its `profile` ("3g.40gb"), and `gi_cap_minor`, `ci_cap_minor`: the
   minors of the capability device nodes /dev/nvidia-caps/nvidia-cap<minor> that grant access to
-  its GPU instance and to its compute instance. They are numbered like the driver's table
-  /proc/driver/nvidia-caps/mig-minors: minors 1 and 2 are the config and monitor capabilities,
+  its GPU instance and to its compute instance. They are numbered like the driver's mig-minors
+  table (procfs, driver/nvidia-caps): minors 1 and 2 are the config and monitor capabilities,
   then each GPU (by minor g) has 15 GPU instances of 9 minors each (the instance's own access,
   then compute instances 0 to 7), so GPU instance i of GPU g is 3 + 135 g + 9 i and its compute
   instance c is that + 1 + c. Here MIG device j is GPU instance j + 1 with one compute instance,
