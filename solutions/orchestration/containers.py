@@ -139,13 +139,13 @@ def cdi_spec(node: dict) -> dict:
 
     uuids: set[str] = set()
 
-    def new_uuid(uuid: object, pattern: re.Pattern, what: str) -> str:
+    def new_uuid(uuid: object, pattern: re.Pattern, what: str) -> None:
+        """Checks `uuid`'s form and that no device seen so far has it, then records it."""
         if not isinstance(uuid, str) or not pattern.fullmatch(uuid):
             raise ValueError(f"{what}'s uuid {uuid!r} does not match {pattern.pattern}")
         if uuid in uuids:
             raise ValueError(f"uuid {uuid} belongs to two devices")
         uuids.add(uuid)
-        return uuid
 
     for gpu in gpus:
         for key in ("index", "minor"):

@@ -307,6 +307,18 @@ def _set(*path_and_value):
     return change
 
 
+def _driver(version):
+    """Driver `version` with every library renamed to match it (.so.<version>), so that only the
+    version's own form is wrong: a submission that checks the libraries but never the version
+    itself must not get a ValueError from the library rule instead."""
+
+    def change(node):
+        node["driver_version"] = version
+        node["libraries"] = [lib.rsplit(".so.", 1)[0] + f".so.{version}" for lib in node["libraries"]]
+
+    return change
+
+
 _SPARE_MIG_UUID = "MIG-00000000-1111-2222-3333-444444444444"
 BAD_NODES = [
     (_set("gpus", []), "no GPU"),
@@ -334,6 +346,11 @@ BAD_NODES = [
     (lambda n: n["gpus"][0].update(mig=[], mig_capable=False), "MIG mode without devices on a GPU that cannot do MIG"),
     (_set("driver_version", "550"), "a driver version without a dot"),
     (_set("driver_version", 550.9), "a driver version that is a number"),
+    (_driver("550"), "a driver version without a dot, its libraries named .so.550"),
+    (_driver(550.9), "a driver version that is a number, its libraries named .so.550.9"),
+    (_driver("r550.90.07"), "a driver version with a letter, its libraries named to match"),
+    (_driver("550.90."), "a driver version ending in a dot, its libraries named to match"),
+    (_driver(None), "no driver version, its libraries named .so.None"),
     (_set("libraries", []), "no library"),
     (_set("libraries", "/usr/lib/x86_64-linux-gnu/libcuda.so.550.90.07"), "libraries as a string"),
     (_set("libraries", 0, "usr/lib/x86_64-linux-gnu/libcuda.so.550.90.07"), "a relative library path"),

@@ -619,6 +619,22 @@ def test_alert_rules_follow_their_arguments(submission):
     )  # fmt: skip
 
 
+@pytest.mark.points(1)
+def test_a_straggler_ratio_of_one_is_accepted_and_flags_gpus_below_their_jobs_median(submission):
+    # 1 is the top of the allowed range (0, 1]: the alert then fires on every GPU strictly below its
+    # job's median, and not on one at the median (the tie's 0.5). Given as the int 1: a number too.
+    input_series, alerts = straggler_series(1)
+    checks = [
+        {"eval_time": "1m", "alertname": "GpuStragglerInJob", "exp_alerts": []},
+        {"eval_time": "2m", "alertname": "GpuStragglerInJob", "exp_alerts": alerts},
+    ]
+    promtool_passes(
+        submission, "alert_rules(straggler_ratio=1, for_duration='2m'): every GPU below its job's median is a "
+        "straggler (the tie's 0.25, llama's 0.375, skewed's 0 and 0.375), none at its median",
+        input_series, checks, 1, "2m",
+    )  # fmt: skip
+
+
 BAD_RULE_ARGUMENTS = [
     ("straggler_ratio = 0", (0, "5m")), ("straggler_ratio = 1.25", (1.25, "5m")),
     ("straggler_ratio = True", (True, "5m")),

@@ -264,6 +264,68 @@ def test_a_long_job_backfills_on_gpus_the_reservation_leaves_free(submission):
     )
 
 
+@pytest.mark.points(2)
+def test_a_backfilled_job_takes_no_more_gpus_of_a_node_than_the_reservation_leaves_there(submission):
+    """Two nodes; the head (2 pods of 6 GPUs, one per node) is reserved both nodes at minute 50,
+    which leaves 2 GPUs spare on each. Job 3 (a 4-GPU pod running 100 minutes) fits now on the
+    node with 4 free GPUs, but at the shadow time it would hold 4 of that node's GPUs where only
+    2 are spare: it must wait, once with all jobs in one queue (the head's quota leaves room for
+    it) and once with job 3 in another queue (quota is no excuse)."""
+    cluster = racks(2, 2)
+    schedule = submission.function("schedule")
+    for queue_of_3, queues in (("q", one_queue(cluster)), ("b", [ClusterQueue("q", 8), ClusterQueue("b", 8)])):
+        jobs = [Job(0, 0, 50, 1, 8, "q"), Job(1, 0, 50, 1, 4, "q"), Job(2, 1, 10, 2, 6, "q"),
+                Job(3, 2, 100, 1, 4, queue_of_3)]  # fmt: skip
+        events = schedule(jobs, queues, cluster)
+        case = f"a 4-GPU pod of queue {queue_of_3!r} beside a reservation that leaves 2 GPUs per node"
+        assert_valid(events, jobs, queues, cluster, case)
+        got = starts(events)
+        assert got == {0: 0, 1: 0, 2: 50, 3: 60}, (
+            f"{case}: expected starts {{0: 0, 1: 0, 2: 50, 3: 60}}: job 3 would hold 4 GPUs of a node on which "
+            f"the head's reservation leaves 2 at its shadow time (50), so it must not backfill; got {got} "
+            f"({WHERE}, step 3)"
+        )
+
+
+@pytest.mark.points(2)
+def test_a_head_of_more_pods_than_a_node_has_gpus_gets_its_reservation(submission):
+    """The head is 12 pods of 1 GPU (more pods than a node has GPUs): at minute 50 it fits on
+    node 0's 8 free GPUs and node 1's 4, all of them. Job 3 (4 GPUs, 60 minutes) would run past
+    the shadow time on GPUs the reservation needs: it waits; job 4 (4 GPUs, 40 minutes) ends by
+    the shadow time: it starts at once."""
+    cluster = racks(2, 2)
+    jobs = [Job(0, 0, 50, 1, 8, "q"), Job(1, 0, 100, 1, 4, "q"), Job(2, 1, 10, 12, 1, "q"),
+            Job(3, 2, 60, 1, 4, "q"), Job(4, 3, 40, 1, 4, "q")]  # fmt: skip
+    events = submission.function("schedule")(jobs, one_queue(cluster), cluster)
+    assert_valid(events, jobs, one_queue(cluster), cluster, "a head of 12 one-GPU pods")
+    got = starts(events)
+    assert got == {0: 0, 1: 0, 4: 3, 2: 50, 3: 60}, (
+        f"expected starts {{0: 0, 1: 0, 4: 3, 2: 50, 3: 60}}: the head (job 2, 12 pods of 1 GPU) is reserved "
+        f"every GPU free at minute 50; job 4 ends by then and backfills, job 3 does not; got {got} "
+        f"({WHERE}, steps 2 and 3)"
+    )
+
+
+@pytest.mark.points(2)
+def test_the_shadow_time_waits_for_the_heads_quota_not_only_for_free_gpus(submission):
+    """Queue a may use 8 GPUs (no borrowing) and runs job 0 until minute 100; the head (job 3, a
+    whole node of a) finds a whole node free at minute 20 already, but its quota lets it start
+    only at 100: that is its shadow time. Job 4 (a whole node of b, 50 minutes) ends by then: it
+    backfills at once on the free node."""
+    cluster = racks(3, 3)
+    queues = [ClusterQueue("a", 8, borrowing_limit=0), ClusterQueue("b", 16)]
+    jobs = [Job(0, 0, 100, 1, 8, "a"), Job(1, 0, 20, 1, 4, "b"), Job(2, 0, 200, 1, 4, "b"),
+            Job(3, 1, 10, 1, 8, "a"), Job(4, 2, 50, 1, 8, "b")]  # fmt: skip
+    events = submission.function("schedule")(jobs, queues, cluster)
+    assert_valid(events, jobs, queues, cluster, "a head held back by its queue's limit")
+    got = starts(events)
+    assert got == {0: 0, 1: 0, 2: 0, 4: 2, 3: 100}, (
+        f"expected starts {{0: 0, 1: 0, 2: 0, 4: 2, 3: 100}}: the head's shadow time is the first end time at "
+        f"which its quota AND the free GPUs let it start (100, when job 0 ends, not 20), and job 4 ends by it; "
+        f"got {got} ({WHERE}, step 2)"
+    )
+
+
 def _borrowing_cluster(priority: int) -> tuple[Cluster, list[ClusterQueue], list[Job]]:
     """4 nodes; queues a and b own 16 GPUs each; a's four whole-node jobs borrow b's idle
     half; then b submits a 2-node job of `priority`."""
@@ -320,6 +382,27 @@ def test_no_preemption_by_equal_priority_nor_of_jobs_within_their_nominal_quota(
     assert not any(e["event"] == "preempt" for e in events) and got[4] == 60, (
         f"job 4 would take queue a beyond its nominal quota, and b borrows nothing: no preemption, it starts "
         f"when job 2 ends at 60; got starts {got} ({WHERE}, step 1)"
+    )
+
+
+@pytest.mark.points(2)
+def test_reclaiming_stops_taking_from_a_queue_once_it_borrows_nothing(submission):
+    """Queue a (4 GPUs nominal) runs three 4-GPU jobs: two packed on node 0, the latest on node 1,
+    borrowing 8 GPUs. Job 3 of b (priority 100, 2 pods of 6 GPUs: within b's nominal 12) needs 6
+    free GPUs on both nodes. Preempting job 2 brings a back to its nominal quota and frees node 1
+    only; jobs 0 and 1 are then a's own: the candidates run out and nobody is preempted."""
+    cluster = racks(2, 2)
+    queues = [ClusterQueue("a", 4), ClusterQueue("b", 12)]
+    jobs = [Job(0, 0, 100, 1, 4, "a"), Job(1, 1, 100, 1, 4, "a"), Job(2, 2, 100, 1, 4, "a"),
+            Job(3, 3, 10, 2, 6, "b", 100)]  # fmt: skip
+    events = submission.function("schedule")(jobs, queues, cluster)
+    assert_valid(events, jobs, queues, cluster, "a reclaim that runs out of borrowed jobs")
+    preempted = [(e["time"], e["job"], e["by"]) for e in events if e["event"] == "preempt"]
+    got = starts(events)
+    assert preempted == [] and got[3] == 102, (
+        f"expected no preemption (after job 2, queue a borrows nothing, so jobs 0 and 1 are skipped and "
+        f"job 3 still does not fit) and job 3 to start at 102, when node 1 is free again; got preemptions "
+        f"(minute, job, by) {preempted} and starts {got} ({WHERE}, step 1)"
     )
 
 
@@ -392,6 +475,8 @@ def test_schedule_refuses_bad_input_with_value_error(submission):
         ([Job(0, 0, 10, 1, 8, "c")], queues),  # no queue c
         ([Job(0, 0, 10, 5, 8, "a")], [ClusterQueue("a", 32)]),  # 5 whole nodes on 4
         ([Job(0, 0, 10, 1, 16, "a")], queues),  # a pod larger than a node
+        # 9 pods of 3 GPUs: 27 of the 32 GPUs, but a node holds 2 such pods: 8 at most
+        ([Job(0, 0, 10, 9, 3, "a")], [ClusterQueue("a", 32)]),
         ([Job(0, 0, 10, 3, 8, "a")], [ClusterQueue("a", 8, borrowing_limit=8), ClusterQueue("b", 24)]),
         ([(0, 0, 10, 1, 8, "a")], queues),  # not a Job
     ):
