@@ -77,8 +77,12 @@ def _broken(source: str, qualified: str) -> tuple[str, int]:
 
 
 def _save(path: Path, text: str) -> None:
-    path.write_text(text)
-    os.utime(path)  # a save, whatever the copy kept of the original's time
+    """Save as an editor does, in one step: the new text under another name, then renamed over
+    the file. Writing in place and then touching it were two changes; watch could poll between
+    them, grade twice, and leave a stale verdict for the next save's to be read in its place."""
+    temporary = path.with_name(path.name + ".saving")  # not *.py: watch never sees it
+    temporary.write_text(text)
+    os.replace(temporary, path)  # a new file: its time is the save's
 
 
 def _pytest_failures(student: Path) -> dict[str, set[str]]:
