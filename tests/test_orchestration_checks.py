@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-from conftest import assert_only_failing, grade_variant, module_results
+from conftest import assert_only_failing, grade_variant, load_solution, module_results
 
 PLACE = "test_place_gang_spans_the_fewest_leaves_then_nodes_then_the_best_fit"
 NETWORK = "test_every_placement_of_a_day_costs_the_fewest_spine_and_nic_bytes_on_the_gpus_then_free"
@@ -62,20 +62,11 @@ def test_the_suites_day_figures_are_the_reference_solutions_own():
     """The hidden suite holds the reference's mean wait and utilization of each day trace as
     numbers (DAY_TRACES): the reference solution, run here on the same traces, gives them (to the
     suite's rounding), so a change of the solution or of the trace generator cannot leave them stale."""
-    import importlib.util
-    import sys
-
-    from conftest import ROOT
-
     from grader.models.cluster import Cluster
     from grader.models.job_trace import default_queues, job_trace, mean_wait, utilization
     from grader.suites.orchestration.test_orchestration_scheduler import DAY_TRACES
 
-    path = ROOT / "solutions" / "orchestration" / "scheduler.py"
-    spec = importlib.util.spec_from_file_location("solution_orchestration_scheduler", path)
-    solution = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = solution
-    spec.loader.exec_module(solution)
+    solution = load_solution("orchestration", "scheduler.py")
     for (nodes, seed), (wait, used) in DAY_TRACES.items():
         cluster = Cluster.h100_cluster(nodes, topology="fat_tree")
         jobs = job_trace(seed, nodes)

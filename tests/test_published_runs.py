@@ -8,11 +8,10 @@ is within 10 % of the planner's best predicted step time, and its predicted step
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_solution
 
 from grader.course import tomllib
 from grader.models.transformer_config import TransformerConfig
@@ -23,20 +22,7 @@ WITHIN_BEST = 1.10
 WITHIN_PUBLISHED = 1.25
 
 
-def _plan_module():
-    folder = str(ROOT / "solutions" / "parallel_4d")
-    sys.path.insert(0, folder)  # plan.py imports grid.py beside it
-    try:
-        spec = importlib.util.spec_from_file_location("solution_parallel_4d_plan", Path(folder) / "plan.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(folder)
-
-
-PLAN = _plan_module()
+PLAN = load_solution("parallel_4d", "plan.py")
 LLAMA3_405B = TransformerConfig(
     num_layers=126, d_model=16384, num_heads=128, num_kv_heads=8, d_ff=53248, vocab_size=128256, gated_mlp=True
 )

@@ -5,15 +5,13 @@ called here on the same parameter count."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import grade_variant, module_results
+from conftest import grade_variant, load_solution, module_results
 
 from grader.models.transformer_config import TransformerConfig
 
@@ -67,19 +65,6 @@ def test_least_squares_on_raw_loss_lands_elsewhere_and_is_told_so(tmp_path):
     assert "lands near the least-squares fit on raw loss" in tests[PUBLISHED_FIT]["output"]
 
 
-def _load(module: str, file: str):
-    """solutions/<module>/<file> imported under its own name (the scaling files import each other)."""
-    folder = str(ROOT / "solutions" / module)
-    sys.path.insert(0, folder)
-    try:
-        spec = importlib.util.spec_from_file_location(f"solution_{module}_{Path(file).stem}", Path(folder) / file)
-        loaded = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded)
-        return loaded
-    finally:
-        sys.path.remove(folder)
-
-
 def test_the_suites_copy_of_module_zeros_transformer_counts_the_same_flops():
     """The hidden suite counts FLOPs on a copy of zero's given Transformer (so that it needs no
     other module's files): FlopCounterMode counts the same on the copy and on the course's own."""
@@ -87,7 +72,7 @@ def test_the_suites_copy_of_module_zeros_transformer_counts_the_same_flops():
 
     from grader.suites.scaling.reference import ZeroTransformer
 
-    zero = _load("zero", "ddp.py")
+    zero = load_solution("zero", "ddp.py")
     x = torch.randn(2, 9, 24)
     counts = []
     for model in (zero.Transformer(24), ZeroTransformer(24)):
@@ -104,8 +89,8 @@ def test_the_suites_copy_of_module_zeros_transformer_counts_the_same_flops():
 def test_training_memory_model_states_are_module_zeros_formula(stage, dp, tp, pp, dtype):
     """parameters + gradients + optimizer of training_memory = zero_memory_per_rank(Psi / (tp pp),
     dp, stage, bytes of the dtype), module zero's reference."""
-    memory = _load("scaling", "memory.py")
-    zero = _load("zero", "memory.py")
+    memory = load_solution("scaling", "memory.py")
+    zero = load_solution("zero", "memory.py")
     cfg = TransformerConfig(num_layers=8, d_model=512, num_heads=8, num_kv_heads=8, d_ff=2048, vocab_size=32000)
     got = memory.training_memory(cfg, 1, 128, dp=dp, tp=tp, pp=pp, zero_stage=stage, dtype=dtype)
     psi = memory.parameter_count(cfg) / (tp * pp)
@@ -118,8 +103,8 @@ def test_training_memory_model_states_are_module_zeros_formula(stage, dp, tp, pp
 def test_activation_term_is_module_tensor_parallels_formula(sequence_parallel, selective_recompute):
     """scaling's activation_bytes_per_layer and tensor_parallel's tp_activation_bytes are the same
     formula (Korthikanti et al. 2022, table 2): equal on the paper's models at t = 1, 2, 4, 8."""
-    memory = _load("scaling", "memory.py")
-    tensor_parallel = _load("tensor_parallel", "memory.py")
+    memory = load_solution("scaling", "memory.py")
+    tensor_parallel = load_solution("tensor_parallel", "memory.py")
     models = [(2048, 4, 6144, 64), (2048, 1, 12288, 96), (2048, 1, 20480, 128), (4096, 2, 4096, 32)]
     for s, b, h, a in models:
         for t in (1, 2, 4, 8):
