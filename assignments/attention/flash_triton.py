@@ -4,9 +4,10 @@
 
 One program of the forward kernel owns BLOCK_M query rows of one (batch, head) and walks over
 the keys BLOCK_N at a time with the online softmax, keeping its tiles in on-chip memory; it
-writes out and lse once. The backward is two kernels, as in FlashAttention-2: one program per
-block of keys accumulates dK and dV (walking over queries), one program per block of queries
-accumulates dQ (walking over keys); both recompute P = exp(S - lse).
+writes out and lse once. The backward first computes delta = rowsum(dO * O) per query row, then
+runs two kernels, as in FlashAttention-2: one program per block of keys accumulates dK and dV
+(walking over queries), one program per block of queries accumulates dQ (walking over keys); both
+recompute P = exp(S - lse).
 
 Inputs are like reference.attention: q (B, H, Nq, d), k and v (B, Hkv, Nk, d), H a multiple of
 Hkv (GQA), causal aligned to the end of the keys, any Nq and Nk, head_dim 16 to 128. Work in
@@ -18,6 +19,7 @@ small there.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton

@@ -10,6 +10,8 @@ right before the multiply, so the full-precision weight matrix never exists in m
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -27,9 +29,11 @@ def w4a16_matmul(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, gro
     scale   float32 [N, K / group_size]: W[n, k] = q[n, k] * scale[n, k // group_size]
     Returns [M, N] in x's dtype. The kernel reads the packed bytes and dequantizes them in
     registers inside the matmul loop (accumulating in float32): W in full precision is never
-    written to memory. x may be any strided view: read only its K columns. Raises ValueError
-    when K is not a multiple of group_size, group_size is not a multiple of 16, or packed does
-    not hold N * K / 2 bytes. Under TRITON_INTERPRET=1 (CPU) it runs in Triton's interpreter: use small shapes.
+    written to memory. The kernel may split K among its programs (split-K) and leave float32
+    partial sums that are added up after it. x may be any strided view: read only its K
+    columns. Raises ValueError when K is not a multiple of group_size, group_size is not a
+    multiple of 16, or packed does not hold N * K / 2 bytes. Under TRITON_INTERPRET=1 (CPU) it
+    runs in Triton's interpreter: use small shapes.
     Write the @triton.jit kernel it launches as a helper in this file (lecture section 7
     sketches its loop over K).
     """

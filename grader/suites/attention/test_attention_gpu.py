@@ -97,12 +97,22 @@ def _check(ratio, limit: float, case: Case, mode: str, record_property) -> None:
     )
 
 
-# Points scale with the ratio to SDPA: every tier passed adds its points. On an H200 (torch 2.11,
-# Triton 3.6) the reference kernels measured 1.46-1.68x SDPA forward and 1.86-1.93x forward plus
-# backward, so the tighter tier is 2.25x: the reference passes it with about 15% to spare.
+# Points scale with the ratio to SDPA, in tiers set from the reference kernels' own ratio:
+# within 2.5x of it earns the partial points, within 1.25x the rest (every tier passed adds its
+# points). The tiers are ratios to SDPA measured in the same job, never absolute times.
+# REFERENCE_RATIO is the reference's forward + backward time over SDPA's (the benchmark of
+# `make gpu-check`, B=1 H=16 N=16384 d=64 bf16 causal). The kernels of issue 50 (split causal loop,
+# exp2 with the scale folded into q, preprocess + dK/dV + dQ kernels, autotuned) were written
+# without a GPU, so it is still the issue's goal (<= 1.0x SDPA), not a measurement: the
+# earlier kernels measured 1.86-1.93x on an H200 (torch 2.11, Triton 3.6). `make gpu-check`
+# prints the measured ratio, and its gpu-tests fail while the reference misses a tier here
+# (tests/test_attention_checks.py): set REFERENCE_RATIO from that table.
+REFERENCE_RATIO = 1.0
+PARTIAL = 2.5 * REFERENCE_RATIO
+FULL = 1.25 * REFERENCE_RATIO
 TIERS = [
-    pytest.param(3.0, marks=pytest.mark.points(4), id="within_3x"),
-    pytest.param(2.25, marks=pytest.mark.points(3), id="within_2.25x"),
+    pytest.param(PARTIAL, marks=pytest.mark.points(4), id=f"within_{PARTIAL:g}x"),
+    pytest.param(FULL, marks=pytest.mark.points(3), id=f"within_{FULL:g}x"),
 ]
 
 
@@ -111,7 +121,7 @@ TIERS = [
 @pytest.mark.parametrize("limit", TIERS)
 def test_flash_attention_triton_time_against_sdpa(submission, library, mode, limit, record_property):
     """TIMED (B=2, H=16, N=4096, d=64, bf16, causal): time per call over SDPA's, same job."""
-    ratio = _ratio(submission, library, TIMED, mode, copies=4, limit=2.25)
+    ratio = _ratio(submission, library, TIMED, mode, copies=4, limit=FULL)
     _check(ratio, limit, TIMED, mode, record_property)
 
 
@@ -119,7 +129,8 @@ def test_flash_attention_triton_time_against_sdpa(submission, library, mode, lim
 @pytest.mark.points(1)
 def test_flash_attention_triton_leaderboard_configuration(submission, library, record_property):
     """B=1, H=16, N=16384, d=64, bf16, causal, forward + backward: the time is reported (the best
-    student time on CS336's 2025 leaderboard, one H100, was 5.36 ms); passes within 3x SDPA."""
-    ratio = _ratio(submission, library, LEADERBOARD, "forward_backward", copies=3, limit=3.0)
+    student time on CS336's 2025 leaderboard, one H100, was 5.36 ms); passes within the partial
+    tier (PARTIAL times SDPA)."""
+    ratio = _ratio(submission, library, LEADERBOARD, "forward_backward", copies=3, limit=PARTIAL)
     record_property("leaderboard_ms", round(ratio.candidate_s * 1e3, 3))
-    _check(ratio, 3.0, LEADERBOARD, "forward_backward", record_property)
+    _check(ratio, PARTIAL, LEADERBOARD, "forward_backward", record_property)

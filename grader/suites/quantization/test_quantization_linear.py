@@ -158,37 +158,66 @@ def test_quant_linear_int4_forward_computes_in_float64_for_float64_input(submiss
 
 
 W4A16_SHAPE = (16, 8192, 8192)  # decode-like: 16 rows of activations, an 8192 x 8192 weight
-W4A16_RATIO_LIMIT = 1.5
-W4A16_REPEATS = 50
-# Measured on an H200 (torch 2.11, Triton 3.6): the reference kernel takes 5.6-9.8x a bf16 matmul,
-# so this check cannot yet pass the reference nor fail a dequantize-then-matmul variant. It stays
-# out of the grade until a reference kernel within the limit has been measured.
-W4A16_PENDING = "W4A16 timing is not graded yet: the reference kernel measures 5.6-9.8x a bf16 matmul on an H200"
+W4A16_REPEATS = 48
+# Distinct weights the timed calls cycle through: 4 x 34 MB (packed bytes and scales) is more than
+# an H100's or H200's 50 MB of L2, so each call reads its weight from memory, as the bf16 matmul
+# it is compared with (128 MB) must.
+W4A16_COPIES = 4
+# Points scale with the ratio to a bf16 matmul measured in the same job, in tiers set from the
+# reference kernel's own ratio: within 2.5x of it the partial points, within 1.25x the rest.
+# W4A16_REFERENCE_RATIO is the reference's time over the bf16 matmul's at W4A16_SHAPE (the
+# benchmark of `make gpu-check`). The split-K kernel of issue 50 was written without a GPU, so it
+# is still the issue's goal (<= 1.5x), not a measurement: the earlier kernel measured 5.6-9.8x on
+# an H200 (torch 2.11, Triton 3.6), and this check stayed out of the grade. `make gpu-check`
+# prints the measured ratio, and its gpu-tests fail while the reference misses a tier here
+# (tests/test_quantization_checks.py): set W4A16_REFERENCE_RATIO from that table.
+W4A16_REFERENCE_RATIO = 1.5
+W4A16_PARTIAL = 2.5 * W4A16_REFERENCE_RATIO
+W4A16_FULL = 1.25 * W4A16_REFERENCE_RATIO
+W4A16_TIERS = [
+    pytest.param(W4A16_PARTIAL, marks=pytest.mark.points(2), id=f"within_{W4A16_PARTIAL:g}x"),
+    pytest.param(W4A16_FULL, marks=pytest.mark.points(2), id=f"within_{W4A16_FULL:g}x"),
+]
+_w4a16_measured: list[tuple[float, float]] = []
+
+
+def _w4a16_seconds(submission, library) -> tuple[float, float]:
+    """(kernel seconds, bf16 matmul seconds) per call at W4A16_SHAPE, measured once per run: the
+    kernel as the best of 3 scripts of W4A16_REPEATS calls (cycling through W4A16_COPIES weights,
+    synchronised by the last call's result), the matmul with CUDA events in a trusted worker."""
+    if not _w4a16_measured:
+        m, n, k = W4A16_SHAPE
+        gen = generator("w4a16-time")
+        packed, scale, w = int4_weight(n, k, 128, gen)  # w (float32): the bf16 matmul's weight
+        weights = [(packed, scale)] + [int4_weight(n, k, 128, gen)[:2] for _ in range(W4A16_COPIES - 1)]
+        x = torch.randn(m, k, generator=gen).bfloat16()
+        steps = [
+            Step("w4a16_matmul", (x, *weights[i % W4A16_COPIES], 128), send_back=False)
+            for i in range(W4A16_REPEATS - 1)
+        ]
+        steps.append(Step("w4a16_matmul", (x, *weights[0], 128)))
+        submission.script(steps[: W4A16_COPIES + 1])  # warm-up: compilation and autotuning
+        kernel_s = min(submission.script(steps).seconds for _ in range(3)) / W4A16_REPEATS
+        target = "grader.suites.quantization.reference:bf16_matmul_seconds"
+        matmul_s = min(library.spmd(target, 1, [(x, w, W4A16_REPEATS)]).outputs[0] for _ in range(3))
+        _w4a16_measured.append((kernel_s, matmul_s))
+    return _w4a16_measured[0]
 
 
 @pytest.mark.gpu
 @pytest.mark.perf
-@pytest.mark.points(4)
-@pytest.mark.skip(reason=W4A16_PENDING)
-def test_w4a16_kernel_time_against_bf16_matmul(submission, library, record_property):
+@pytest.mark.parametrize("limit", W4A16_TIERS)
+def test_w4a16_kernel_time_against_bf16_matmul(submission, library, limit, record_property):
     """Memory-bound decode shape: reading 4-bit weights should not be slower than reading bf16
     ones. Seconds per call of the kernel (a script of repeated calls, synchronised at the end)
     over seconds per torch bf16 matmul (CUDA events, trusted worker), both in this run."""
-    m, n, k = W4A16_SHAPE
-    gen = generator("w4a16-time")
-    packed, scale, w = int4_weight(n, k, 128, gen)
-    x = torch.randn(m, k, generator=gen).bfloat16()
-    steps = [Step("w4a16_matmul", (x, packed, scale, 128), send_back=False)] * (W4A16_REPEATS - 1)
-    steps.append(Step("w4a16_matmul", (x, packed, scale, 128)))
-    submission.script(steps[:3])  # warm-up and compilation
-    kernel_s = min(submission.script(steps).seconds for _ in range(3)) / W4A16_REPEATS
-    target = "grader.suites.quantization.reference:bf16_matmul_seconds"
-    matmul_s = min(library.spmd(target, 1, [(x, w, W4A16_REPEATS)]).outputs[0] for _ in range(3))
+    kernel_s, matmul_s = _w4a16_seconds(submission, library)
     ratio = kernel_s / matmul_s
     record_property("w4a16_us", round(kernel_s * 1e6, 2))
     record_property("bf16_matmul_us", round(matmul_s * 1e6, 2))
     record_property("time_ratio_vs_bf16", round(ratio, 3))
-    assert ratio <= W4A16_RATIO_LIMIT, (
+    assert ratio <= limit, (
         f"w4a16_matmul took {kernel_s * 1e6:.1f} us per call, {ratio:.2f}x a bf16 matmul ({matmul_s * 1e6:.1f} us); "
-        f"the limit is {W4A16_RATIO_LIMIT}x. Dequantize inside the kernel: never write the full weight to memory."
+        f"this tier needs <= {limit:g}x. Dequantize inside the kernel: never write the full weight to memory; "
+        f"with M = 16 rows, split K so that every SM streams weight bytes."
     )
