@@ -59,7 +59,7 @@ CORPUS = ROOT / "tests" / "corpus"
 MODULES = (
     "collectives", "zero", "attention", "moe", "kv_cache", "quantization",
     "tensor_parallel", "pipeline_parallel", "scaling", "serving", "context_parallel", "parallel_4d", "cluster",
-    "reliability", "orchestration",
+    "reliability", "orchestration", "post_training",
 )  # fmt: skip
 TIME_LIMIT_S = 2.0
 CALIBRATION_FACTOR = 3.0  # no call's limit below 3x the slowest test of the reference, same process
