@@ -2,8 +2,8 @@
 
     pytest assignments/post_training -k sync
 
-Your functions run in worker processes, never inside pytest; sync_weights runs on a world of 2
-gloo processes. The hidden suite runs sync_weights on worlds of 4 and 5 in colocated and
+Your functions run in worker processes, never inside pytest; sync_weights runs on worlds of 2
+and 4 gloo processes. The hidden suite runs sync_weights on worlds of 4 and 5 in colocated and
 disaggregated placements, with ranks out of order and a trainer of 3 ranks (chunks padded),
 compares every engine rank's shards with the full model's, holds each rank's bytes (counted by
 the kernel) to the least traffic that sync_bytes computes, checks every ValueError on every rank,
@@ -48,6 +48,22 @@ def test_sync_weights_on_two_ranks_gives_each_engine_rank_its_tp_shard(submissio
                 want = full
             assert got[rank][name].dtype == torch.float64, f"rank {rank}: {name} must keep the chunks' dtype"
             assert torch.equal(got[rank][name], want), f"rank {rank} (tp rank {tp_rank}): {name} differs"
+
+
+def test_sync_weights_colocated_on_four_ranks_gives_both_replicas_the_same_shards(submission):
+    """Colocated: ranks 0-3 train (chunk i on rank i) and form two engine replicas of tp 2,
+    engine_ranks [2, 0, 3, 1]: ranks 2 and 3 are tp rank 0, ranks 0 and 1 tp rank 1."""
+    params = {n: p.detach() for n, p in TinyGPT.from_seed(CONFIG, 2, torch.float64).named_parameters()}
+    units = ["token_embedding", "position_embedding", "blocks.0", "blocks.1", "norm"]
+    engine = [2, 0, 3, 1]
+    args = [({u: unit_chunk(params, u, rank, 4) for u in units}, CONFIG, [0, 1, 2, 3], engine, 2) for rank in range(4)]
+    got = submission.function("sync_weights").spmd(4, args).outputs
+    name = "blocks.1.attention.query.weight"
+    for k, rank in enumerate(engine):
+        want = params[name].chunk(2, dim=0)[k % 2]
+        assert torch.equal(got[rank][name], want), f"rank {rank} (tp rank {k % 2}): {name} differs"
+        assert torch.equal(got[rank]["norm.weight"], params["norm.weight"]), f"rank {rank}: norm.weight differs"
+    assert torch.equal(got[2]["blocks.0.mlp.2.weight"], got[3]["blocks.0.mlp.2.weight"]), "replicas differ"
 
 
 def test_sync_bytes_gives_the_docstrings_disaggregated_example(submission):
