@@ -50,7 +50,10 @@ def test_sync_reference_sends_at_least_the_least_traffic_and_passes(reference):
 
 def test_sync_sending_the_whole_model_to_every_rank_fails_only_the_bytes_check(tmp_path):
     tests = grade(tmp_path, "sync_whole_model_to_every_rank", "sync_weights and not refuses")
-    public = "test_sync_weights_on_two_ranks_gives_each_engine_rank_its_tp_shard"
-    assert set(tests) == {*VALUES, public, *(f"{BYTES}[{p}]" for p in PLACEMENTS)}
+    public = {
+        "test_sync_weights_on_two_ranks_gives_each_engine_rank_its_tp_shard",
+        "test_sync_weights_colocated_on_four_ranks_gives_both_replicas_the_same_shards",
+    }
+    assert set(tests) == {*VALUES, *public, *(f"{BYTES}[{p}]" for p in PLACEMENTS)}
     assert_only_failing(tests, BYTES)
     assert "not whole units or the whole model" in tests[f"{BYTES}[{PLACEMENTS[1]}]"]["output"]
