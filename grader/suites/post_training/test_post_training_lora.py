@@ -464,6 +464,15 @@ MEMORY_CASES = [
     ),
     # fp32 weights and gradients, 8 bytes of optimizer state; "0" matches every mlp.0
     ("fp32-one-block", dict(max_seq_len=8, num_layers=1, d_model=24, num_heads=3, num_kv_heads=3), 2, ("0",), 4, 8),
+    # the boundaries the docstring accepts: 1-byte weights, no optimizer state (plain SGD)
+    (
+        "fp8-sgd-boundaries",
+        dict(max_seq_len=12, num_layers=3, d_model=20, num_heads=2, num_kv_heads=1),
+        5,
+        ("key_value",),
+        1,
+        0,
+    ),
 ]
 
 
