@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -118,3 +120,20 @@ def load_course(root: Path = COURSE_ROOT) -> Course:
         modules=modules,
         hidden_visibility=defaults.get("hidden_visibility", "visible"),
     )
+
+
+def load_solution(module: str, file: str, solutions: Path = COURSE_ROOT / "solutions") -> ModuleType:
+    """solutions/<module>/<file> imported under a name of its own, with its folder on sys.path
+    while it loads (the files of a module import each other) and registered in sys.modules
+    (dataclasses look their module up while it loads). The project's tests and
+    `make bench` use it."""
+    folder = str(solutions / module)
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(f"solution_{module}_{Path(file).stem}", Path(folder) / file)
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = loaded
+        spec.loader.exec_module(loaded)
+        return loaded
+    finally:
+        sys.path.remove(folder)

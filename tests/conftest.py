@@ -16,7 +16,6 @@ ever being judged on a machine the tests themselves keep busy:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from grader.course import load_solution  # noqa: F401  (the project tests import it from here)
 from grader.perf import TIMED_CHECK_WORDS
 
 # One OpenMP thread in this process and in every process it starts (grading servers, notebook
@@ -231,22 +231,6 @@ def build_variant(module: str, variant: str, root: Path) -> Path:
     with open(folder / target, "a") as file:
         file.write(f"\n\n# ---- variant {variant} ----\n{code}")
     return root
-
-
-def load_solution(module: str, file: str) -> Any:
-    """solutions/<module>/<file> imported under a name of its own, with its folder on sys.path
-    while it loads (the files of a module import each other) and registered in sys.modules
-    (dataclasses look their module up while it loads)."""
-    folder = str(ROOT / "solutions" / module)
-    sys.path.insert(0, folder)
-    try:
-        spec = importlib.util.spec_from_file_location(f"solution_{module}_{Path(file).stem}", Path(folder) / file)
-        loaded = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = loaded
-        spec.loader.exec_module(loaded)
-        return loaded
-    finally:
-        sys.path.remove(folder)
 
 
 def grade_variant(module: str, tmp_path: Path, variant: str, select: str, *options: str) -> dict[str, dict]:

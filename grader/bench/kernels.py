@@ -17,19 +17,17 @@ grader/suites/quantization/test_quantization_linear.py).
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from grader.course import COURSE_ROOT, Course
+from grader.course import COURSE_ROOT, Course, load_solution
 
 NO_GPU = "no GPU"
 
@@ -44,20 +42,6 @@ class Benchmark:
     measure: Callable[[Path], tuple[float, float]]  # (ours ms, reference ms), given solutions/
 
 
-def _load(solutions: Path, module: str, file: str) -> ModuleType:
-    """solutions/<module>/<file> imported with its folder on sys.path (its siblings import by name)."""
-    folder = str(solutions / module)
-    sys.path.insert(0, folder)
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{module}_{Path(file).stem}", Path(folder) / file)
-        loaded = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = loaded
-        spec.loader.exec_module(loaded)
-        return loaded
-    finally:
-        sys.path.remove(folder)
-
-
 def _do_bench(fn: Callable[[], object]) -> float:
     """Median milliseconds of fn on the GPU: triton.testing.do_bench warms up, then clears the L2
     cache (writes a 256 MB buffer) before each timed call. The first call compiles and autotunes."""
@@ -69,7 +53,7 @@ def _do_bench(fn: Callable[[], object]) -> float:
 
 
 def _flash_attention(solutions: Path) -> tuple[float, float]:
-    flash = _load(solutions, "attention", "flash_triton.py").flash_attention_triton
+    flash = load_solution("attention", "flash_triton.py", solutions).flash_attention_triton
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, grad_out = (
         torch.randn(1, 16, 16384, 64, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4)
@@ -88,7 +72,7 @@ def _flash_attention(solutions: Path) -> tuple[float, float]:
 
 
 def _w4a16(solutions: Path) -> tuple[float, float]:
-    w4a16_matmul = _load(solutions, "quantization", "linear.py").w4a16_matmul
+    w4a16_matmul = load_solution("quantization", "linear.py", solutions).w4a16_matmul
     m, n, k, group = 16, 8192, 8192, 128
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randint(-8, 8, (n, k), device="cuda", generator=gen, dtype=torch.int32)
